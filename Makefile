@@ -1,0 +1,54 @@
+# Portside. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS   := -X github.com/portside-io/portside/internal/version.Version=$(VERSION) \
+             -X github.com/portside-io/portside/internal/version.Commit=$(COMMIT) \
+             -X github.com/portside-io/portside/internal/version.BuildDate=$(BUILDDATE)
+BIN       := _output/bin/portside
+STATICCHECK_VERSION := v0.8.2
+# Extra flags for `portside up` in `make demo`, e.g. DEMO_FLAGS=--once.
+DEMO_FLAGS ?=
+# Extra flags for go test, e.g. TEST_FLAGS='-run TestX -v'.
+TEST_FLAGS ?=
+BENCH     ?= .
+
+export GOWORK := off
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the portside binary into _output/bin
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
+
+.PHONY: tools
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (once)
+	@hack/tools/build.sh
+
+.PHONY: test
+test: tools ## Run all tests, integration against a real kube-apiserver included
+	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
+
+.PHONY: demo
+demo: tools build ## Run the local environment (portside up); Ctrl-C stops it
+	$(BIN) up $(DEMO_FLAGS)
+
+.PHONY: bench
+bench: tools ## Run the benchmarks
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck (pinned)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+.PHONY: clean
+clean: ## Remove build output (keeps the built tools)
+	rm -rf _output/bin _output/up

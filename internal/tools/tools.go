@@ -1,0 +1,105 @@
+// Package tools locates the pinned control-plane binaries (etcd,
+// kube-apiserver, kube-controller-manager, kubectl) that `make tools` builds.
+package tools
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// EnvBinDir overrides where the binaries are looked for.
+const EnvBinDir = "PORTSIDE_TOOLS_BIN"
+
+// Names of the binaries `make tools` builds.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	Kubectl               = "kubectl"
+)
+
+// Versions are the pinned tool versions, read from hack/tools/versions.env.
+type Versions struct {
+	Kube string
+	Etcd string
+}
+
+// Dir is the directory name under _output/tools for these versions.
+func (v Versions) Dir() string { return "kube-" + v.Kube + "_etcd-" + v.Etcd }
+
+// RepoRoot walks up from the working directory to the Portside checkout.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "tools", "versions.env")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside a Portside checkout (no hack/tools/versions.env above the working directory); set " + EnvBinDir)
+		}
+		dir = parent
+	}
+}
+
+// ReadVersions parses hack/tools/versions.env of the checkout at root.
+func ReadVersions(root string) (Versions, error) {
+	path := filepath.Join(root, "hack", "tools", "versions.env")
+	f, err := os.Open(path)
+	if err != nil {
+		return Versions{}, err
+	}
+	defer func() { _ = f.Close() }()
+	var v Versions
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, val, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok || strings.HasPrefix(key, "#") {
+			continue
+		}
+		switch key {
+		case "KUBE_VERSION":
+			v.Kube = val
+		case "ETCD_VERSION":
+			v.Etcd = val
+		}
+	}
+	if v.Kube == "" || v.Etcd == "" {
+		return Versions{}, fmt.Errorf("%s: KUBE_VERSION and ETCD_VERSION must both be set", path)
+	}
+	return v, sc.Err()
+}
+
+// BinDir returns the directory holding the tool binaries: $PORTSIDE_TOOLS_BIN,
+// or _output/tools/<versions>/bin of the enclosing checkout.
+func BinDir() (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	v, err := ReadVersions(root)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "_output", "tools", v.Dir(), "bin"), nil
+}
+
+// Path returns the path of a tool binary in dir, or an error that tells the
+// user how to get it.
+func Path(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s not found at %s: run `make tools` in the Portside checkout to build the pinned control-plane binaries (or set %s)", name, p, EnvBinDir)
+	}
+	return p, nil
+}

@@ -1,0 +1,71 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Node identifies a Kubernetes node to the provider. ProviderID is empty for
+// a node the provider has not initialized yet; the provider then finds the
+// instance by Name.
+type Node struct {
+	Name       string
+	ProviderID string
+	// Addresses are the node's current status addresses, if any.
+	Addresses []corev1.NodeAddress
+	// Labels are the node's labels, for providers that key on them.
+	Labels map[string]string
+}
+
+// NodeFrom returns the Node reference of a Kubernetes Node object.
+func NodeFrom(n *corev1.Node) Node {
+	return Node{Name: n.Name, ProviderID: n.Spec.ProviderID, Addresses: n.Status.Addresses, Labels: n.Labels}
+}
+
+// InstanceMetadata is what the cloud knows about the instance behind a node.
+type InstanceMetadata struct {
+	// ProviderID is "<provider>://<id>"; see ProviderID.
+	ProviderID string
+	// InstanceType becomes the node.kubernetes.io/instance-type label.
+	InstanceType string
+	// Addresses of the instance: InternalIP and ExternalIP (IPv4 and IPv6),
+	// Hostname, InternalDNS, ExternalDNS.
+	Addresses []corev1.NodeAddress
+	// Zone and Region become the topology.kubernetes.io labels.
+	Zone   string
+	Region string
+	// AdditionalLabels are added to the node. Keys in the kubernetes.io and
+	// k8s.io namespaces are dropped, and existing labels are never overwritten.
+	AdditionalLabels map[string]string
+}
+
+// Instances gives the instance behind a node.
+type Instances interface {
+	// InstanceMetadata returns the instance's metadata; an error wrapping
+	// ErrNotFound when there is no such instance.
+	InstanceMetadata(ctx context.Context, node Node) (*InstanceMetadata, error)
+	// InstanceExists reports whether the instance exists. It returns
+	// (false, nil) only when the cloud positively said the instance is gone;
+	// any doubt is an error.
+	InstanceExists(ctx context.Context, node Node) (bool, error)
+	// InstanceShutdown reports whether the instance is stopped.
+	InstanceShutdown(ctx context.Context, node Node) (bool, error)
+}
+
+// ProviderID builds the providerID "<provider>://<id>".
+func ProviderID(provider, id string) string { return provider + "://" + id }
+
+// ParseProviderID splits "<provider>://<id>" and checks the provider name.
+func ParseProviderID(provider, providerID string) (string, error) {
+	name, id, ok := strings.Cut(providerID, "://")
+	if !ok || id == "" {
+		return "", fmt.Errorf("providerID %q is not of the form <provider>://<id>", providerID)
+	}
+	if name != provider {
+		return "", fmt.Errorf("providerID %q belongs to provider %q, not %q", providerID, name, provider)
+	}
+	return id, nil
+}
