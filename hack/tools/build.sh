@@ -25,9 +25,9 @@ if have_all; then
   exit 0
 fi
 
-grep -q "k8s.io/kubernetes ${KUBE_VERSION}\$" "$here/go.mod" || {
+grep -Eq "k8s.io/kubernetes ${KUBE_VERSION}( |$)" "$here/go.mod" || {
   echo "tools: hack/tools/go.mod does not require k8s.io/kubernetes ${KUBE_VERSION} (versions.env); update one of them" >&2; exit 1; }
-grep -q "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\$" "$here/etcd/go.mod" || {
+grep -Eq "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}( |$)" "$here/etcd/go.mod" || {
   echo "tools: hack/tools/etcd/go.mod does not require etcd ${ETCD_VERSION} (versions.env); update one of them" >&2; exit 1; }
 
 export GOWORK=off GOFLAGS=-mod=readonly
@@ -45,10 +45,10 @@ progress() { # label
   local start=$SECONDS
   while sleep 30; do echo "tools:   ... still building $1 ($((SECONDS - start))s)"; done
 }
-run_step() { # label, command...
-  local label=$1; shift
+run_step() { # label, estimate, command...
+  local label=$1 estimate=$2; shift 2
   local start=$SECONDS
-  echo "tools: building $label"
+  echo "tools: building $label ($estimate)"
   progress "$label" & ticker_pid=$!
   "$@"
   kill "$ticker_pid" 2>/dev/null || true; wait "$ticker_pid" 2>/dev/null || true; ticker_pid=
@@ -65,9 +65,9 @@ kube_ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
 
-run_step "etcd ${ETCD_VERSION} (about 30 s cold)" \
+run_step "etcd ${ETCD_VERSION}" "about 1 min cold" \
   bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$tmp/etcd' ."
-run_step "kube-apiserver, kube-controller-manager, kubectl ${KUBE_VERSION} (about 5 min cold on 2 cores)" \
+run_step "kube-apiserver, kube-controller-manager, kubectl ${KUBE_VERSION}" "10-15 min cold on 2 cores" \
   bash -c "cd '$here' && go build -trimpath -ldflags '$kube_ldflags' -o '$tmp/' \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl"
 

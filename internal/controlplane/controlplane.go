@@ -177,6 +177,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The kubernetes Service cannot point at loopback; nothing needs it here.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
 		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
