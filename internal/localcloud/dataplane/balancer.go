@@ -1,0 +1,203 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// balancer is one load balancer: its listeners, backends and health checks.
+type balancer struct {
+	name string
+	opts Options
+	ctx  context.Context
+
+	mu        sync.Mutex
+	cfg       Config
+	listeners map[string]proxyListener
+	backends  map[string]*backend // by address
+	draining  map[*backend]*backend
+
+	// ready is the current pick set: healthy, not draining, sorted by address.
+	ready    atomic.Pointer[[]*backend]
+	ranges   atomic.Pointer[[]netip.Prefix]
+	rr       atomic.Uint64
+	affinity atomic.Bool
+	closed   bool
+}
+
+// proxyListener is a running TCP or UDP listener.
+type proxyListener interface {
+	close()
+	setBackendPort(port int)
+}
+
+func newBalancer(ctx context.Context, name string, opts Options) *balancer {
+	b := &balancer{name: name, opts: opts, ctx: ctx, listeners: map[string]proxyListener{},
+		backends: map[string]*backend{}, draining: map[*backend]*backend{}}
+	b.ready.Store(&[]*backend{})
+	b.ranges.Store(&[]netip.Prefix{})
+	return b
+}
+
+func (b *balancer) apply(cfg Config) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg = cfg
+	ranges := append([]netip.Prefix(nil), cfg.SourceRanges...)
+	b.ranges.Store(&ranges)
+	b.affinity.Store(cfg.ClientIPAffinity)
+
+	// Backends: add new ones, drain removed ones, restart checks if the
+	// health check changed.
+	want := map[string]api.Backend{}
+	for _, be := range cfg.Backends {
+		want[be.Address] = be
+	}
+	for addr, be := range b.backends {
+		if _, keep := want[addr]; !keep {
+			delete(b.backends, addr)
+			b.drain(be)
+		}
+	}
+	for addr, spec := range want {
+		ip, err := netip.ParseAddr(addr)
+		if err != nil {
+			continue // validated by the API server
+		}
+		be, ok := b.backends[addr]
+		if ok && be.check == healthCheckKey(cfg) {
+			be.name = spec.Name
+			continue
+		}
+		if ok {
+			be.stopChecks()
+		}
+		be = newBackend(spec.Name, ip, healthCheckKey(cfg))
+		b.backends[addr] = be
+		go b.runHealthChecks(be)
+	}
+	b.refreshReady()
+
+	// Listeners: one per VIP × listener port.
+	var bindErrs []error
+	wantL := map[string]bool{}
+	for _, vip := range cfg.VIPs {
+		for _, l := range cfg.Listeners {
+			key := listenerKey(l.Protocol, vip, l.Port)
+			wantL[key] = true
+			if pl, ok := b.listeners[key]; ok {
+				pl.setBackendPort(l.BackendPort)
+				continue
+			}
+			pl, err := b.listen(l.Protocol, netip.AddrPortFrom(vip, uint16(l.Port)), l.BackendPort)
+			if err != nil {
+				bindErrs = append(bindErrs, err)
+				continue
+			}
+			b.listeners[key] = pl
+		}
+	}
+	for key, pl := range b.listeners {
+		if !wantL[key] {
+			pl.close()
+			delete(b.listeners, key)
+		}
+	}
+	return errors.Join(bindErrs...)
+}
+
+func (b *balancer) listen(proto string, addr netip.AddrPort, backendPort int) (proxyListener, error) {
+	if proto == api.ProtocolUDP {
+		return listenUDP(b, addr, backendPort)
+	}
+	return listenTCP(b, addr, backendPort)
+}
+
+// refreshReady rebuilds the pick set; called with b.mu held or from health
+// transitions (which take b.mu).
+func (b *balancer) refreshReady() {
+	ready := make([]*backend, 0, len(b.backends))
+	for _, be := range b.backends {
+		if be.healthy.Load() {
+			ready = append(ready, be)
+		}
+	}
+	sortBackends(ready)
+	b.ready.Store(&ready)
+}
+
+// allowed reports whether a client address passes the source ranges.
+func (b *balancer) allowed(client netip.Addr) bool {
+	ranges := *b.ranges.Load()
+	if len(ranges) == 0 {
+		return true
+	}
+	client = client.Unmap()
+	for _, p := range ranges {
+		if p.Contains(client) {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses a backend for a client: round robin, or by client IP hash
+// with affinity. skip excludes backends that already failed this client.
+func (b *balancer) pick(client netip.Addr, skip map[*backend]bool) *backend {
+	ready := *b.ready.Load()
+	if len(ready) == 0 {
+		return nil
+	}
+	var start uint64
+	if b.affinity.Load() {
+		h := fnv.New64a()
+		_, _ = h.Write(client.AsSlice())
+		start = h.Sum64()
+	} else {
+		start = b.rr.Add(1)
+	}
+	for i := range ready {
+		be := ready[(start+uint64(i))%uint64(len(ready))]
+		if !skip[be] {
+			return be
+		}
+	}
+	return nil
+}
+
+func (b *balancer) backendAddr(be *backend, port int) string {
+	return net.JoinHostPort(be.addr.String(), strconv.Itoa(port))
+}
+
+func (b *balancer) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for key, pl := range b.listeners {
+		pl.close()
+		delete(b.listeners, key)
+	}
+	for addr, be := range b.backends {
+		be.stopChecks()
+		be.closeConns()
+		delete(b.backends, addr)
+	}
+	for be := range b.draining {
+		be.closeConns()
+		delete(b.draining, be)
+	}
+	empty := []*backend{}
+	b.ready.Store(&empty)
+}
+
+func (b *balancer) logger() klog.Logger { return klog.FromContext(b.ctx) }

@@ -1,0 +1,151 @@
+// Package dataplane is the local cloud's L4 load-balancer data plane: each
+// load balancer listens on its VIPs (loopback addresses) and forwards TCP
+// and UDP to healthy backends, enforcing source ranges, health-checking the
+// backends and draining the connections of removed ones.
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// Options tune the data plane; zero values take the defaults.
+type Options struct {
+	// HealthInterval between checks of one backend (default 1s).
+	HealthInterval time.Duration
+	// HealthTimeout of one check (default 1s).
+	HealthTimeout time.Duration
+	// Fall consecutive failures mark a backend unhealthy (default 2);
+	// Rise consecutive successes mark it healthy again (default 2).
+	Fall, Rise int
+	// DrainTimeout is how long connections to a removed backend may
+	// continue before they are closed (default 30s).
+	DrainTimeout time.Duration
+	// UDPIdleTimeout ends a UDP flow after this much silence (default 60s).
+	UDPIdleTimeout time.Duration
+	// DialTimeout to a backend (default 2s).
+	DialTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.HealthInterval, time.Second)
+	def(&o.HealthTimeout, time.Second)
+	def(&o.DrainTimeout, 30*time.Second)
+	def(&o.UDPIdleTimeout, 60*time.Second)
+	def(&o.DialTimeout, 2*time.Second)
+	if o.Fall == 0 {
+		o.Fall = 2
+	}
+	if o.Rise == 0 {
+		o.Rise = 2
+	}
+}
+
+// Config is the desired state of one load balancer.
+type Config struct {
+	Name             string
+	VIPs             []netip.Addr
+	Listeners        []api.Listener
+	Backends         []api.Backend
+	SourceRanges     []netip.Prefix
+	HealthCheck      *api.HealthCheck
+	ClientIPAffinity bool
+}
+
+// Plane runs the load balancers of one local cloud.
+type Plane struct {
+	opts Options
+	ctx  context.Context
+
+	mu  sync.Mutex
+	lbs map[string]*balancer
+}
+
+// New returns an empty data plane; ctx carries the logger.
+func New(ctx context.Context, opts Options) *Plane {
+	opts.defaults()
+	return &Plane{opts: opts, ctx: ctx, lbs: map[string]*balancer{}}
+}
+
+// Apply creates or updates a load balancer. Listeners that cannot bind are
+// reported in the error; the others keep serving.
+func (p *Plane) Apply(cfg Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lb, ok := p.lbs[cfg.Name]
+	if !ok {
+		logger := klog.FromContext(p.ctx).WithValues("loadBalancer", cfg.Name)
+		lb = newBalancer(klog.NewContext(p.ctx, logger), cfg.Name, p.opts)
+		p.lbs[cfg.Name] = lb
+	}
+	return lb.apply(cfg)
+}
+
+// Remove stops a load balancer: its listeners close at once and its open
+// connections are closed.
+func (p *Plane) Remove(name string) {
+	p.mu.Lock()
+	lb := p.lbs[name]
+	delete(p.lbs, name)
+	p.mu.Unlock()
+	if lb != nil {
+		lb.close()
+	}
+}
+
+// Health reports the backends of a load balancer as the data plane sees them.
+func (p *Plane) Health(name string) (api.LoadBalancerHealth, bool) {
+	p.mu.Lock()
+	lb := p.lbs[name]
+	p.mu.Unlock()
+	if lb == nil {
+		return api.LoadBalancerHealth{}, false
+	}
+	return lb.health(), true
+}
+
+// Close stops every load balancer.
+func (p *Plane) Close() {
+	p.mu.Lock()
+	lbs := p.lbs
+	p.lbs = map[string]*balancer{}
+	p.mu.Unlock()
+	for _, lb := range lbs {
+		lb.close()
+	}
+}
+
+func (b *balancer) health() api.LoadBalancerHealth {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := api.LoadBalancerHealth{Name: b.name, Serving: len(b.listeners) > 0}
+	for _, be := range b.backends {
+		h.Backends = append(h.Backends, be.status())
+	}
+	for _, be := range b.draining {
+		h.Backends = append(h.Backends, be.status())
+	}
+	sort.Slice(h.Backends, func(i, j int) bool { return h.Backends[i].Address < h.Backends[j].Address })
+	return h
+}
+
+// errNoBackend is returned when no healthy backend can take a connection.
+var errNoBackend = errors.New("no healthy backend")
+
+func listenerKey(proto string, vip netip.Addr, port int) string {
+	return fmt.Sprintf("%s/%s", proto, netip.AddrPortFrom(vip, uint16(port)))
+}

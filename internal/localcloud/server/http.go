@@ -1,0 +1,202 @@
+package server
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// maxBodyBytes bounds request bodies; the largest legitimate body (a load
+// balancer with thousands of backends) is far below it.
+const maxBodyBytes = 4 << 20
+
+// apiError is an error with its HTTP status and code.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func invalid(format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, "Invalid", fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &apiError{http.StatusNotFound, "NotFound", fmt.Sprintf(format, args...)}
+}
+
+func conflict(format string, args ...any) error {
+	return &apiError{http.StatusConflict, "AlreadyExists", fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{Code: code, Message: msg})
+}
+
+// respond writes v, or err as the matching status.
+func respond(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	if err == nil {
+		if v == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, status, v)
+		return
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		writeError(w, ae.status, ae.code, ae.msg)
+		return
+	}
+	klog.FromContext(r.Context()).Error(err, "Request failed", "method", r.Method, "path", r.URL.Path)
+	writeError(w, http.StatusInternalServerError, "Internal", err.Error())
+}
+
+// decode reads a JSON body into v, rejecting unknown fields, trailing data
+// and oversized bodies with messages that say what is wrong.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &apiError{http.StatusUnsupportedMediaType, "Invalid", fmt.Sprintf("Content-Type %q is not supported: send application/json", ct)}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{http.StatusRequestEntityTooLarge, "TooLarge", fmt.Sprintf("request body larger than %d bytes", maxBodyBytes)}
+		}
+		if errors.Is(err, io.EOF) {
+			return invalid("request body is empty: send a JSON object")
+		}
+		return invalid("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return invalid("malformed JSON body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	want := []byte("Bearer " + s.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="portside-local-cloud"`)
+			msg := "missing bearer token: send Authorization: Bearer <token> (the cloud's --token-file)"
+			if len(got) > 0 {
+				msg = "invalid bearer token: use the token in the cloud's --token-file"
+			}
+			writeError(w, http.StatusUnauthorized, "Unauthorized", msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				klog.FromContext(r.Context()).Error(fmt.Errorf("%v", p), "Panic serving request", "method", r.Method, "path", r.URL.Path)
+				writeError(w, http.StatusInternalServerError, "Internal", "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// injectFaults applies the first fault rule matching the request.
+func (s *Server) injectFaults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/faults") {
+			if rule, ok := s.matchFault(r); ok {
+				if rule.LatencyMillis > 0 {
+					select {
+					case <-time.After(time.Duration(rule.LatencyMillis) * time.Millisecond):
+					case <-r.Context().Done():
+						return
+					}
+				}
+				if rule.ThrottleRate > 0 && rand.Float64() < rule.ThrottleRate {
+					after := max(rule.RetryAfterSeconds, 1)
+					w.Header().Set("Retry-After", strconv.Itoa(after))
+					writeError(w, http.StatusTooManyRequests, "Throttled", fmt.Sprintf("rate limit exceeded (injected): retry after %ds", after))
+					return
+				}
+				if rule.ErrorRate > 0 && rand.Float64() < rule.ErrorRate {
+					writeError(w, http.StatusInternalServerError, "InjectedFault", "injected fault")
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) matchFault(r *http.Request) (api.FaultRule, bool) {
+	s.faultsMu.RLock()
+	defer s.faultsMu.RUnlock()
+	for _, rule := range s.faults.Rules {
+		if (rule.Method == "*" || strings.EqualFold(rule.Method, r.Method)) && strings.HasPrefix(r.URL.Path, rule.PathPrefix) {
+			return rule, true
+		}
+	}
+	return api.FaultRule{}, false
+}
+
+func (s *Server) getFaults(w http.ResponseWriter, r *http.Request) {
+	s.faultsMu.RLock()
+	defer s.faultsMu.RUnlock()
+	respond(w, r, http.StatusOK, s.faults, nil)
+}
+
+func (s *Server) putFaults(w http.ResponseWriter, r *http.Request) {
+	var f api.Faults
+	if err := decode(w, r, &f); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	for i, rule := range f.Rules {
+		if rule.Method == "" {
+			respond(w, r, 0, nil, invalid("rules[%d].method is empty: use an HTTP method or *", i))
+			return
+		}
+		for name, rate := range map[string]float64{"errorRate": rule.ErrorRate, "throttleRate": rule.ThrottleRate} {
+			if rate < 0 || rate > 1 {
+				respond(w, r, 0, nil, invalid("rules[%d].%s is %v: want a number from 0 to 1", i, name, rate))
+				return
+			}
+		}
+		if rule.LatencyMillis < 0 || rule.LatencyMillis > 60_000 || rule.RetryAfterSeconds < 0 {
+			respond(w, r, 0, nil, invalid("rules[%d]: latencyMillis must be 0..60000 and retryAfterSeconds >= 0", i))
+			return
+		}
+	}
+	s.faultsMu.Lock()
+	s.faults = f
+	s.faultsMu.Unlock()
+	klog.FromContext(r.Context()).Info("Fault rules set", "rules", len(f.Rules))
+	respond(w, r, http.StatusOK, f, nil)
+}

@@ -1,0 +1,187 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// nameRE is a DNS label: what node names and cloud names are.
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+
+func validName(what, name string) error {
+	if !nameRE.MatchString(name) {
+		return invalid("%s %q is not valid: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", what, name)
+	}
+	return nil
+}
+
+func (s *Server) listRegions(w http.ResponseWriter, r *http.Request) {
+	respond(w, r, http.StatusOK, s.opts.Regions, nil)
+}
+
+func (s *Server) listInstanceTypes(w http.ResponseWriter, r *http.Request) {
+	respond(w, r, http.StatusOK, s.opts.InstanceTypes, nil)
+}
+
+// regionOf returns the region of a zone, or an error listing the zones.
+func (s *Server) regionOf(zone string) (string, error) {
+	var all []string
+	for _, reg := range s.opts.Regions {
+		if slices.Contains(reg.Zones, zone) {
+			return reg.Name, nil
+		}
+		all = append(all, reg.Zones...)
+	}
+	return "", invalid("unknown zone %q: zones are %v", zone, all)
+}
+
+func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateInstanceRequest
+	if err := decode(w, r, &req); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	inst, err := s.newInstance(req)
+	respond(w, r, http.StatusCreated, inst, err)
+}
+
+func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, error) {
+	if err := validName("instance name", req.Name); err != nil {
+		return nil, err
+	}
+	region, err := s.regionOf(req.Zone)
+	if err != nil {
+		return nil, err
+	}
+	if req.Type == "" {
+		req.Type = s.opts.InstanceTypes[0].Name
+	}
+	if !slices.ContainsFunc(s.opts.InstanceTypes, func(t api.InstanceType) bool { return t.Name == req.Type }) {
+		return nil, invalid("unknown instance type %q: see GET /v1/instance-types", req.Type)
+	}
+	ipv4 := req.IPv4 == nil || *req.IPv4
+	if !ipv4 && !req.IPv6 {
+		return nil, invalid("an instance needs an address: ipv4 and ipv6 are both false")
+	}
+	inst := &api.Instance{Name: req.Name, Zone: req.Zone, Region: region, Type: req.Type, State: api.InstanceRunning,
+		Labels: req.Labels, CreatedAt: time.Now().UTC()}
+	err = s.store.Update(func(tx *store.Tx) error {
+		if tx.Exists(store.Meta, "instance-name/"+req.Name) {
+			return conflict("an instance named %q already exists", req.Name)
+		}
+		seq, err := tx.NextID(store.Instances)
+		if err != nil {
+			return err
+		}
+		inst.ID = fmt.Sprintf("i-%08x", seq)
+		if ipv4 {
+			a, err := tx.AllocateIP(s.opts.NodePoolV4, "instance/"+inst.ID)
+			if err != nil {
+				return invalid("cannot allocate an IPv4 address: %v", err)
+			}
+			inst.Addresses = append(inst.Addresses, api.Address{Type: api.AddressInternalIP, Address: a.String()})
+		}
+		if req.IPv6 {
+			a, err := tx.AllocateIP(s.opts.NodePoolV6, "instance/"+inst.ID)
+			if err != nil {
+				return invalid("cannot allocate an IPv6 address: %v", err)
+			}
+			inst.Addresses = append(inst.Addresses, api.Address{Type: api.AddressInternalIP, Address: a.String()})
+		}
+		inst.Addresses = append(inst.Addresses,
+			api.Address{Type: api.AddressHostname, Address: inst.Name},
+			api.Address{Type: api.AddressInternalDNS, Address: inst.Name + "." + inst.Zone + ".internal"})
+		if err := tx.Put(store.Meta, "instance-name/"+req.Name, inst.ID); err != nil {
+			return err
+		}
+		return tx.Put(store.Instances, inst.ID, inst)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
+	name, zone := r.URL.Query().Get("name"), r.URL.Query().Get("zone")
+	var out []api.Instance
+	err := s.store.View(func(tx *store.Tx) error {
+		all, err := store.List[api.Instance](tx, store.Instances)
+		for _, i := range all {
+			if (name == "" || i.Name == name) && (zone == "" || i.Zone == zone) {
+				out = append(out, i)
+			}
+		}
+		return err
+	})
+	if out == nil {
+		out = []api.Instance{}
+	}
+	respond(w, r, http.StatusOK, out, err)
+}
+
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	var inst api.Instance
+	err := s.store.View(func(tx *store.Tx) error {
+		var ok bool
+		var err error
+		inst, ok, err = store.Get[api.Instance](tx, store.Instances, r.PathValue("id"))
+		if err == nil && !ok {
+			return notFound("instance %q not found", r.PathValue("id"))
+		}
+		return err
+	})
+	respond(w, r, http.StatusOK, inst, err)
+}
+
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := s.store.Update(func(tx *store.Tx) error {
+		inst, ok, err := store.Get[api.Instance](tx, store.Instances, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return notFound("instance %q not found", id)
+		}
+		for _, a := range inst.Addresses {
+			if a.Type == api.AddressInternalIP {
+				if err := tx.ReleaseIP(a.Address); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.Delete(store.Meta, "instance-name/"+inst.Name); err != nil {
+			return err
+		}
+		return tx.Delete(store.Instances, id)
+	})
+	respond(w, r, 0, nil, err)
+}
+
+func (s *Server) setInstanceState(state string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		var inst api.Instance
+		err := s.store.Update(func(tx *store.Tx) error {
+			var ok bool
+			var err error
+			inst, ok, err = store.Get[api.Instance](tx, store.Instances, id)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return notFound("instance %q not found", id)
+			}
+			inst.State = state
+			return tx.Put(store.Instances, id, inst)
+		})
+		respond(w, r, http.StatusOK, inst, err)
+	}
+}

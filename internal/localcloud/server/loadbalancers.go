@@ -1,0 +1,295 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/portside-io/portside/internal/localcloud/dataplane"
+	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// validateLBSpec checks a load-balancer spec and fills defaults.
+func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
+	if spec.Cluster == "" {
+		return invalid("cluster is empty: every load balancer is tagged with the cluster that owns it")
+	}
+	if len(spec.Listeners) == 0 {
+		return invalid("listeners is empty: a load balancer needs at least one port")
+	}
+	seen := map[string]bool{}
+	for i, l := range spec.Listeners {
+		if l.Protocol != api.ProtocolTCP && l.Protocol != api.ProtocolUDP {
+			return invalid("listeners[%d].protocol %q is not supported: use TCP or UDP", i, l.Protocol)
+		}
+		if l.Port < 1 || l.Port > 65535 {
+			return invalid("listeners[%d].port %d is out of range 1-65535", i, l.Port)
+		}
+		if l.BackendPort < 1 || l.BackendPort > 65535 {
+			return invalid("listeners[%d].backendPort %d is out of range 1-65535", i, l.BackendPort)
+		}
+		key := fmt.Sprintf("%s/%d", l.Protocol, l.Port)
+		if seen[key] {
+			return invalid("listeners[%d]: port %s is listed twice", i, key)
+		}
+		seen[key] = true
+	}
+	for i, b := range spec.Backends {
+		if _, err := netip.ParseAddr(b.Address); err != nil {
+			return invalid("backends[%d].address %q is not an IP address", i, b.Address)
+		}
+	}
+	for i, c := range spec.SourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return invalid("sourceRanges[%d] %q is not a CIDR (want e.g. 203.0.113.0/24)", i, c)
+		}
+		spec.SourceRanges[i] = p.Masked().String()
+	}
+	if hc := spec.HealthCheck; hc != nil {
+		switch hc.Type {
+		case api.HealthCheckTCP:
+		case api.HealthCheckHTTP:
+			if hc.Port < 1 || hc.Port > 65535 {
+				return invalid("healthCheck.port %d is out of range 1-65535", hc.Port)
+			}
+			if !strings.HasPrefix(hc.Path, "/") {
+				return invalid("healthCheck.path %q must start with /", hc.Path)
+			}
+		default:
+			return invalid("healthCheck.type %q is not supported: use http or tcp", hc.Type)
+		}
+	}
+	if len(spec.IPFamilies) == 0 {
+		spec.IPFamilies = []string{"IPv4"}
+	}
+	for _, f := range spec.IPFamilies {
+		switch f {
+		case "IPv4":
+		case "IPv6":
+			if !s.opts.VIPPoolV6.IsValid() {
+				return invalid("ipFamilies: this cloud has no IPv6 VIP pool; start it with --vip-pool-v6 (a prefix routed to lo)")
+			}
+		default:
+			return invalid("ipFamilies: %q is not IPv4 or IPv6", f)
+		}
+	}
+	if spec.RequestedIP != "" {
+		a, err := netip.ParseAddr(spec.RequestedIP)
+		if err != nil || !(s.opts.VIPPoolV4.Contains(a) || s.opts.VIPPoolV6.IsValid() && s.opts.VIPPoolV6.Contains(a)) {
+			return invalid("requestedIP %q is not an address of the VIP pool %s", spec.RequestedIP, s.opts.VIPPoolV4)
+		}
+	}
+	return nil
+}
+
+func (s *Server) putLoadBalancer(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := validName("load balancer name", name); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	var spec api.LoadBalancerSpec
+	if err := decode(w, r, &spec); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	if err := s.validateLBSpec(&spec); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	var lb api.LoadBalancer
+	status := http.StatusOK
+	err := s.store.Update(func(tx *store.Tx) error {
+		cur, exists, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		if exists && cur.Cluster != spec.Cluster {
+			return conflict("load balancer %q belongs to cluster %q, not %q", name, cur.Cluster, spec.Cluster)
+		}
+		if !exists {
+			status = http.StatusCreated
+			cur = api.LoadBalancer{Name: name, CreatedAt: now}
+		}
+		vips, err := s.allocateVIPs(tx, name, cur.VIPs, spec)
+		if err != nil {
+			return err
+		}
+		lb = cur
+		lb.LoadBalancerSpec = spec
+		lb.VIPs = vips
+		lb.UpdatedAt = now
+		return s.applyAndStore(tx, &lb)
+	})
+	respond(w, r, status, lb, err)
+}
+
+// allocateVIPs keeps the current VIPs of the wanted families and allocates
+// the missing ones.
+func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec api.LoadBalancerSpec) ([]string, error) {
+	owner := "lb/" + name
+	var out []string
+	for _, fam := range spec.IPFamilies {
+		pool := s.opts.VIPPoolV4
+		if fam == "IPv6" {
+			pool = s.opts.VIPPoolV6
+		}
+		keep := ""
+		for _, v := range current {
+			if a, err := netip.ParseAddr(v); err == nil && pool.Contains(a) && (spec.RequestedIP == "" || v == spec.RequestedIP) {
+				keep = v
+			}
+		}
+		if keep == "" && spec.RequestedIP != "" {
+			if a := netip.MustParseAddr(spec.RequestedIP); pool.Contains(a) {
+				if err := tx.ClaimIP(a, owner); err != nil {
+					return nil, conflict("requestedIP: %v", err)
+				}
+				keep = a.String()
+			}
+		}
+		if keep == "" {
+			a, err := tx.AllocateIP(pool, owner)
+			if err != nil {
+				return nil, &apiError{http.StatusInsufficientStorage, "QuotaExceeded", fmt.Sprintf("no free VIP: %v", err)}
+			}
+			keep = a.String()
+		}
+		out = append(out, keep)
+	}
+	for _, v := range current {
+		if !slices.Contains(out, v) {
+			if err := tx.ReleaseIP(v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// applyAndStore programs the data plane, records the outcome in the load
+// balancer's state, and stores it. A listener that cannot bind is reported
+// in state and message; the record is still stored so that the client can
+// fix it or delete it.
+func (s *Server) applyAndStore(tx *store.Tx, lb *api.LoadBalancer) error {
+	if err := s.plane.Apply(dataplaneConfig(lb)); err != nil {
+		lb.State, lb.Message = api.LoadBalancerError, err.Error()
+	} else {
+		lb.State, lb.Message = api.LoadBalancerActive, ""
+	}
+	return tx.Put(store.LoadBalancers, lb.Name, lb)
+}
+
+func dataplaneConfig(lb *api.LoadBalancer) dataplane.Config {
+	cfg := dataplane.Config{Name: lb.Name, Listeners: lb.Listeners, Backends: lb.Backends,
+		HealthCheck: lb.HealthCheck, ClientIPAffinity: lb.ClientIPAffinity}
+	for _, v := range lb.VIPs {
+		if a, err := netip.ParseAddr(v); err == nil {
+			cfg.VIPs = append(cfg.VIPs, a)
+		}
+	}
+	for _, c := range lb.SourceRanges {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			cfg.SourceRanges = append(cfg.SourceRanges, p)
+		}
+	}
+	return cfg
+}
+
+func (s *Server) putBackends(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req api.SetBackendsRequest
+	if err := decode(w, r, &req); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	for i, b := range req.Backends {
+		if _, err := netip.ParseAddr(b.Address); err != nil {
+			respond(w, r, 0, nil, invalid("backends[%d].address %q is not an IP address", i, b.Address))
+			return
+		}
+	}
+	var lb api.LoadBalancer
+	err := s.store.Update(func(tx *store.Tx) error {
+		var ok bool
+		var err error
+		lb, ok, err = store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return notFound("load balancer %q not found", name)
+		}
+		lb.Backends = req.Backends
+		lb.UpdatedAt = time.Now().UTC()
+		return s.applyAndStore(tx, &lb)
+	})
+	respond(w, r, http.StatusOK, lb, err)
+}
+
+func (s *Server) listLoadBalancers(w http.ResponseWriter, r *http.Request) {
+	cluster := r.URL.Query().Get("cluster")
+	out := []api.LoadBalancer{}
+	err := s.store.View(func(tx *store.Tx) error {
+		all, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		for _, lb := range all {
+			if cluster == "" || lb.Cluster == cluster {
+				out = append(out, lb)
+			}
+		}
+		return err
+	})
+	respond(w, r, http.StatusOK, out, err)
+}
+
+func (s *Server) getLoadBalancer(w http.ResponseWriter, r *http.Request) {
+	var lb api.LoadBalancer
+	err := s.store.View(func(tx *store.Tx) error {
+		var ok bool
+		var err error
+		lb, ok, err = store.Get[api.LoadBalancer](tx, store.LoadBalancers, r.PathValue("name"))
+		if err == nil && !ok {
+			return notFound("load balancer %q not found", r.PathValue("name"))
+		}
+		return err
+	})
+	respond(w, r, http.StatusOK, lb, err)
+}
+
+func (s *Server) getLoadBalancerHealth(w http.ResponseWriter, r *http.Request) {
+	h, ok := s.plane.Health(r.PathValue("name"))
+	if !ok {
+		respond(w, r, 0, nil, notFound("load balancer %q not found", r.PathValue("name")))
+		return
+	}
+	respond(w, r, http.StatusOK, h, nil)
+}
+
+func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := s.store.Update(func(tx *store.Tx) error {
+		lb, ok, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return notFound("load balancer %q not found", name)
+		}
+		for _, v := range lb.VIPs {
+			if err := tx.ReleaseIP(v); err != nil {
+				return err
+			}
+		}
+		return tx.Delete(store.LoadBalancers, name)
+	})
+	if err == nil {
+		s.plane.Remove(name)
+	}
+	respond(w, r, 0, nil, err)
+}

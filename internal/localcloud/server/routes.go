@@ -1,0 +1,87 @@
+package server
+
+import (
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
+	var rt api.Route
+	if err := decode(w, r, &rt); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	if rt.Cluster == "" {
+		respond(w, r, 0, nil, invalid("cluster is empty: routes belong to a cluster"))
+		return
+	}
+	if err := validName("route name", rt.Name); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	dst, err := netip.ParsePrefix(rt.DestinationCIDR)
+	if err != nil {
+		respond(w, r, 0, nil, invalid("destinationCIDR %q is not a CIDR (want e.g. 10.244.1.0/24)", rt.DestinationCIDR))
+		return
+	}
+	rt.DestinationCIDR = dst.Masked().String()
+	rt.CreatedAt = time.Now().UTC()
+	rt.Blackhole = false
+	err = s.store.Update(func(tx *store.Tx) error {
+		if tx.Exists(store.Routes, rt.Name) {
+			return conflict("a route named %q already exists", rt.Name)
+		}
+		id, ok, err := store.Get[string](tx, store.Meta, "instance-name/"+rt.TargetNode)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return invalid("targetNode %q: no instance has that name", rt.TargetNode)
+		}
+		rt.TargetInstance = id
+		routes, err := store.List[api.Route](tx, store.Routes)
+		if err != nil {
+			return err
+		}
+		for _, other := range routes {
+			if other.Cluster == rt.Cluster && netip.MustParsePrefix(other.DestinationCIDR).Overlaps(dst) {
+				return conflict("destinationCIDR %s overlaps route %q (%s)", rt.DestinationCIDR, other.Name, other.DestinationCIDR)
+			}
+		}
+		return tx.Put(store.Routes, rt.Name, rt)
+	})
+	respond(w, r, http.StatusCreated, rt, err)
+}
+
+// listRoutes marks routes whose target instance is gone as blackholes.
+func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) {
+	cluster := r.URL.Query().Get("cluster")
+	out := []api.Route{}
+	err := s.store.View(func(tx *store.Tx) error {
+		all, err := store.List[api.Route](tx, store.Routes)
+		for _, rt := range all {
+			if cluster != "" && rt.Cluster != cluster {
+				continue
+			}
+			rt.Blackhole = !tx.Exists(store.Instances, rt.TargetInstance)
+			out = append(out, rt)
+		}
+		return err
+	})
+	respond(w, r, http.StatusOK, out, err)
+}
+
+func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := s.store.Update(func(tx *store.Tx) error {
+		if !tx.Exists(store.Routes, name) {
+			return notFound("route %q not found", name)
+		}
+		return tx.Delete(store.Routes, name)
+	})
+	respond(w, r, 0, nil, err)
+}

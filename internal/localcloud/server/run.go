@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Files a running cloud keeps in its data directory, so that clients on the
+// same machine (CLI verbs, `portside up`, tests) find it.
+const (
+	StateFile    = "state.db"
+	TokenFile    = "token"
+	EndpointFile = "endpoint"
+)
+
+// RunOptions configure Run.
+type RunOptions struct {
+	Options
+	// DataDir holds the state, token and endpoint files.
+	DataDir string
+	// Listen is the API address; port 0 picks a free port.
+	Listen string
+	// TokenFile overrides <DataDir>/token; it is created with a random token
+	// if it does not exist.
+	TokenFile string
+	// Ready, if set, is called with the API endpoint once serving.
+	Ready func(endpoint string)
+}
+
+// Run serves the cloud until ctx is done, then shuts down gracefully.
+func Run(ctx context.Context, opts RunOptions) error {
+	logger := klog.FromContext(ctx)
+	if opts.DataDir == "" {
+		return errors.New("--data-dir must not be empty")
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if opts.TokenFile == "" {
+		opts.TokenFile = filepath.Join(opts.DataDir, TokenFile)
+	}
+	token, err := EnsureToken(opts.TokenFile)
+	if err != nil {
+		return err
+	}
+	opts.Token = token
+	srv, err := New(ctx, filepath.Join(opts.DataDir, StateFile), opts.Options)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w (is another cloud running? pick another --listen)", opts.Listen, err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	if err := os.WriteFile(filepath.Join(opts.DataDir, EndpointFile), []byte(endpoint+"\n"), 0o644); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer func() { _ = os.Remove(filepath.Join(opts.DataDir, EndpointFile)) }()
+
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	logger.Info("Local cloud serving", "endpoint", endpoint, "dataDir", opts.DataDir,
+		"vipPool", srv.opts.VIPPoolV4, "nodePool", srv.opts.NodePoolV4)
+	if opts.Ready != nil {
+		opts.Ready(endpoint)
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return hs.Shutdown(shutdownCtx)
+}
+
+// EnsureToken reads the token file, creating it with a random token when
+// it does not exist.
+func EnsureToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(data))
+		if tok == "" {
+			return "", fmt.Errorf("token file %s is empty: put a token in it or delete it to have one generated", path)
+		}
+		return tok, nil
+	}
+	if !os.IsNotExist(err) {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write token file: %w", err)
+	}
+	return tok, nil
+}

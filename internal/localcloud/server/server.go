@@ -1,0 +1,184 @@
+// Package server is the local cloud's HTTP/JSON API (version v1): bearer
+// token auth, validation that answers bad input with a 4xx naming what is
+// wrong, fault injection, and the glue between the durable store and the
+// load-balancer data plane.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/localcloud/dataplane"
+	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// Options configure the cloud.
+type Options struct {
+	// Token is the bearer token every request must carry. Required.
+	Token string
+	// Regions and their zones; default region-1 with zone-a, zone-b, zone-c.
+	Regions []api.Region
+	// InstanceTypes offered; default small, medium, large.
+	InstanceTypes []api.InstanceType
+	// NodePoolV4 and NodePoolV6 give instance addresses. The IPv4 default,
+	// 127.1.0.0/16, is on loopback so simulated nodes can listen on it.
+	NodePoolV4, NodePoolV6 netip.Prefix
+	// VIPPoolV4 and VIPPoolV6 give load-balancer VIPs; default 127.100.0.0/16
+	// and none (IPv6 VIPs need addresses routed to lo).
+	VIPPoolV4, VIPPoolV6 netip.Prefix
+	// CredentialTTL is the lifetime of registry credentials; default 1h.
+	CredentialTTL time.Duration
+	// DataPlane tunes the load balancers.
+	DataPlane dataplane.Options
+}
+
+// Defaults fills unset options.
+func (o *Options) Defaults() {
+	if len(o.Regions) == 0 {
+		o.Regions = []api.Region{{Name: "region-1", Zones: []string{"zone-a", "zone-b", "zone-c"}}}
+	}
+	if len(o.InstanceTypes) == 0 {
+		o.InstanceTypes = []api.InstanceType{
+			{Name: "small", CPUs: 2, MemoryMB: 4096},
+			{Name: "medium", CPUs: 4, MemoryMB: 16384},
+			{Name: "large", CPUs: 16, MemoryMB: 65536},
+		}
+	}
+	if !o.NodePoolV4.IsValid() {
+		o.NodePoolV4 = netip.MustParsePrefix("127.1.0.0/16")
+	}
+	if !o.NodePoolV6.IsValid() {
+		o.NodePoolV6 = netip.MustParsePrefix("fd00:1::/64")
+	}
+	if !o.VIPPoolV4.IsValid() {
+		o.VIPPoolV4 = netip.MustParsePrefix("127.100.0.0/16")
+	}
+	if o.CredentialTTL == 0 {
+		o.CredentialTTL = time.Hour
+	}
+}
+
+// Server is a running local cloud.
+type Server struct {
+	opts   Options
+	store  *store.Store
+	plane  *dataplane.Plane
+	secret []byte // signs registry credentials
+
+	faultsMu sync.RWMutex
+	faults   api.Faults
+}
+
+// New opens the state in statePath, restores every load balancer into the
+// data plane, and returns the server. Close releases both.
+func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
+	opts.Defaults()
+	if opts.Token == "" {
+		return nil, fmt.Errorf("a bearer token is required (--token or --token-file)")
+	}
+	st, err := store.Open(statePath)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane)}
+	if err := s.loadSecret(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if err := s.restore(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the data plane and closes the state.
+func (s *Server) Close() {
+	s.plane.Close()
+	_ = s.store.Close()
+}
+
+// restore starts every stored load balancer again after a restart.
+func (s *Server) restore(ctx context.Context) error {
+	var lbs []api.LoadBalancer
+	if err := s.store.View(func(tx *store.Tx) (err error) {
+		lbs, err = store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, lb := range lbs {
+		if err := s.plane.Apply(dataplaneConfig(&lb)); err != nil {
+			klog.FromContext(ctx).Error(err, "Load balancer not fully restored", "loadBalancer", lb.Name)
+		}
+	}
+	klog.FromContext(ctx).Info("State restored", "loadBalancers", len(lbs))
+	return nil
+}
+
+func (s *Server) loadSecret() error {
+	return s.store.Update(func(tx *store.Tx) error {
+		cur, ok, err := store.Get[string](tx, store.Meta, "credential-secret")
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.secret, err = hex.DecodeString(cur)
+			return err
+		}
+		s.secret = make([]byte, 32)
+		if _, err := rand.Read(s.secret); err != nil {
+			return err
+		}
+		return tx.Put(store.Meta, "credential-secret", hex.EncodeToString(s.secret))
+	})
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+
+	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/regions", s.listRegions)
+	v1.HandleFunc("GET /v1/instance-types", s.listInstanceTypes)
+	v1.HandleFunc("GET /v1/instances", s.listInstances)
+	v1.HandleFunc("POST /v1/instances", s.createInstance)
+	v1.HandleFunc("GET /v1/instances/{id}", s.getInstance)
+	v1.HandleFunc("DELETE /v1/instances/{id}", s.deleteInstance)
+	v1.HandleFunc("POST /v1/instances/{id}/stop", s.setInstanceState(api.InstanceStopped))
+	v1.HandleFunc("POST /v1/instances/{id}/start", s.setInstanceState(api.InstanceRunning))
+	v1.HandleFunc("GET /v1/load-balancers", s.listLoadBalancers)
+	v1.HandleFunc("GET /v1/load-balancers/{name}", s.getLoadBalancer)
+	v1.HandleFunc("PUT /v1/load-balancers/{name}", s.putLoadBalancer)
+	v1.HandleFunc("PUT /v1/load-balancers/{name}/backends", s.putBackends)
+	v1.HandleFunc("GET /v1/load-balancers/{name}/health", s.getLoadBalancerHealth)
+	v1.HandleFunc("DELETE /v1/load-balancers/{name}", s.deleteLoadBalancer)
+	v1.HandleFunc("GET /v1/routes", s.listRoutes)
+	v1.HandleFunc("POST /v1/routes", s.createRoute)
+	v1.HandleFunc("DELETE /v1/routes/{name}", s.deleteRoute)
+	v1.HandleFunc("GET /v1/volumes", s.listVolumes)
+	v1.HandleFunc("POST /v1/volumes", s.createVolume)
+	v1.HandleFunc("GET /v1/volumes/{id}", s.getVolume)
+	v1.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
+	v1.HandleFunc("GET /v1/registries", s.listRegistries)
+	v1.HandleFunc("POST /v1/registries", s.createRegistry)
+	v1.HandleFunc("DELETE /v1/registries/{host}", s.deleteRegistry)
+	v1.HandleFunc("POST /v1/credentials", s.issueCredential)
+	v1.HandleFunc("GET /v1/faults", s.getFaults)
+	v1.HandleFunc("PUT /v1/faults", s.putFaults)
+	v1.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
+	})
+	mux.Handle("/v1/", s.recoverPanics(s.authenticate(s.injectFaults(v1))))
+	return mux
+}

@@ -1,0 +1,241 @@
+// Package api holds the wire types of the local cloud's HTTP/JSON API,
+// version v1, shared by its server and its Go client.
+//
+// All paths start with /v1 and need "Authorization: Bearer <token>".
+// Errors are returned as an Error body with a 4xx or 5xx status.
+package api
+
+import "time"
+
+// Version is the API version prefix.
+const Version = "v1"
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	// Code is a stable, machine-readable reason: Unauthorized, NotFound,
+	// AlreadyExists, Invalid, TooLarge, Throttled, InjectedFault, Internal.
+	Code string `json:"code"`
+	// Message says what is wrong and what to do.
+	Message string `json:"message"`
+}
+
+// Region is a region and its zones.
+type Region struct {
+	Name  string   `json:"name"`
+	Zones []string `json:"zones"`
+}
+
+// InstanceType is a machine shape.
+type InstanceType struct {
+	Name     string `json:"name"`
+	CPUs     int    `json:"cpus"`
+	MemoryMB int    `json:"memoryMB"`
+}
+
+// Instance states.
+const (
+	InstanceRunning = "running"
+	InstanceStopped = "stopped"
+)
+
+// Address types, as Kubernetes NodeAddress types.
+const (
+	AddressInternalIP  = "InternalIP"
+	AddressExternalIP  = "ExternalIP"
+	AddressHostname    = "Hostname"
+	AddressInternalDNS = "InternalDNS"
+)
+
+// Address is one address of an instance.
+type Address struct {
+	Type    string `json:"type"`
+	Address string `json:"address"`
+}
+
+// Instance is a virtual machine.
+type Instance struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Zone      string            `json:"zone"`
+	Region    string            `json:"region"`
+	Type      string            `json:"type"`
+	State     string            `json:"state"`
+	Addresses []Address         `json:"addresses"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
+}
+
+// CreateInstanceRequest creates an instance. Addresses are allocated from
+// the cloud's node pools: one IPv4, and one IPv6 when IPv6 is true.
+type CreateInstanceRequest struct {
+	Name   string            `json:"name"`
+	Zone   string            `json:"zone"`
+	Type   string            `json:"type,omitempty"`
+	IPv4   *bool             `json:"ipv4,omitempty"` // default true
+	IPv6   bool              `json:"ipv6,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Protocols of load-balancer listeners.
+const (
+	ProtocolTCP = "TCP"
+	ProtocolUDP = "UDP"
+)
+
+// Listener is one port of a load balancer.
+type Listener struct {
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol"`
+	// Port on the VIP.
+	Port int `json:"port"`
+	// BackendPort is where backends receive the traffic (the NodePort).
+	BackendPort int `json:"backendPort"`
+}
+
+// Backend is a target of a load balancer.
+type Backend struct {
+	// Name is the node's name, for display.
+	Name string `json:"name"`
+	// Address is the IP traffic is forwarded to.
+	Address string `json:"address"`
+}
+
+// HealthCheck types.
+const (
+	HealthCheckTCP  = "tcp"
+	HealthCheckHTTP = "http"
+)
+
+// HealthCheck says how backends are checked. With Type http, GET Path on
+// Port must answer 200; with Type tcp, a connection to each listener's
+// BackendPort must succeed.
+type HealthCheck struct {
+	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
+	Port int    `json:"port,omitempty"`
+}
+
+// LoadBalancerSpec is what a client asks for.
+type LoadBalancerSpec struct {
+	// Cluster tags the load balancer with the cluster that owns it.
+	Cluster   string            `json:"cluster"`
+	Tags      map[string]string `json:"tags,omitempty"`
+	Listeners []Listener        `json:"listeners"`
+	Backends  []Backend         `json:"backends"`
+	// SourceRanges limit clients; empty allows everyone.
+	SourceRanges []string     `json:"sourceRanges,omitempty"`
+	HealthCheck  *HealthCheck `json:"healthCheck,omitempty"`
+	// IPFamilies: "IPv4", "IPv6"; default IPv4.
+	IPFamilies []string `json:"ipFamilies,omitempty"`
+	// RequestedIP asks for a specific VIP from the pool.
+	RequestedIP string `json:"requestedIP,omitempty"`
+	// ClientIPAffinity sends a client to the same backend while it is healthy.
+	ClientIPAffinity bool `json:"clientIPAffinity,omitempty"`
+}
+
+// Load balancer states.
+const (
+	LoadBalancerActive = "active"
+	LoadBalancerError  = "error"
+)
+
+// LoadBalancer is a load balancer with its allocated VIPs.
+type LoadBalancer struct {
+	Name string `json:"name"`
+	LoadBalancerSpec
+	VIPs      []string  `json:"vips"`
+	State     string    `json:"state"`
+	Message   string    `json:"message,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// BackendHealth is the data plane's view of one backend.
+type BackendHealth struct {
+	Name        string    `json:"name"`
+	Address     string    `json:"address"`
+	Healthy     bool      `json:"healthy"`
+	Draining    bool      `json:"draining,omitempty"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastChecked time.Time `json:"lastChecked,omitempty"`
+	ActiveConns int64     `json:"activeConns"`
+}
+
+// LoadBalancerHealth is the health of a load balancer's backends.
+type LoadBalancerHealth struct {
+	Name     string          `json:"name"`
+	Serving  bool            `json:"serving"`
+	Backends []BackendHealth `json:"backends"`
+}
+
+// SetBackendsRequest replaces only the backends of a load balancer.
+type SetBackendsRequest struct {
+	Backends []Backend `json:"backends"`
+}
+
+// Route sends a destination CIDR to an instance.
+type Route struct {
+	Name            string    `json:"name"`
+	Cluster         string    `json:"cluster"`
+	TargetNode      string    `json:"targetNode"`
+	TargetInstance  string    `json:"targetInstance,omitempty"`
+	DestinationCIDR string    `json:"destinationCIDR"`
+	Blackhole       bool      `json:"blackhole"`
+	CreatedAt       time.Time `json:"createdAt"`
+}
+
+// Volume is a disk in one or more zones.
+type Volume struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Zones     []string  `json:"zones"`
+	Region    string    `json:"region"`
+	SizeGiB   int       `json:"sizeGiB"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// CreateVolumeRequest creates a volume.
+type CreateVolumeRequest struct {
+	Name    string   `json:"name"`
+	Zones   []string `json:"zones"`
+	SizeGiB int      `json:"sizeGiB"`
+}
+
+// Registry is an image registry the cloud issues credentials for.
+type Registry struct {
+	Host      string    `json:"host"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// CredentialRequest asks for a pull credential for an image.
+type CredentialRequest struct {
+	Image string `json:"image"`
+}
+
+// Credential is a short-lived registry credential.
+type Credential struct {
+	Registry  string    `json:"registry"`
+	Username  string    `json:"username"`
+	Password  string    `json:"password"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// FaultRule injects failures into requests matching Method and Path.
+type FaultRule struct {
+	// Method is an HTTP method or "*".
+	Method string `json:"method"`
+	// PathPrefix selects requests, e.g. "/v1/load-balancers"; "" matches all.
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	// ErrorRate in [0,1]: answer 500 InjectedFault.
+	ErrorRate float64 `json:"errorRate,omitempty"`
+	// ThrottleRate in [0,1]: answer 429 with Retry-After.
+	ThrottleRate      float64 `json:"throttleRate,omitempty"`
+	RetryAfterSeconds int     `json:"retryAfterSeconds,omitempty"`
+	// LatencyMillis delays matching requests.
+	LatencyMillis int `json:"latencyMillis,omitempty"`
+}
+
+// Faults is the set of fault rules in force.
+type Faults struct {
+	Rules []FaultRule `json:"rules"`
+}

@@ -1,0 +1,296 @@
+// Package client is the Go client of the local cloud's v1 API.
+//
+// Errors from the API are *StatusError values: IsNotFound tells a missing
+// object, and RetryAfter tells a throttled request (429 with Retry-After).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// Client talks to one local cloud.
+type Client struct {
+	endpoint string
+	token    string
+	http     *http.Client
+}
+
+// New returns a client for the cloud at endpoint (e.g. http://127.0.0.1:8443).
+func New(endpoint, token string) *Client {
+	return &Client{
+		endpoint: strings.TrimRight(endpoint, "/"),
+		token:    token,
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		}},
+	}
+}
+
+// Endpoint returns the cloud's address.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// StatusError is a non-2xx answer of the API.
+type StatusError struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("local cloud: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// IsNotFound reports whether err is a 404 from the API.
+func IsNotFound(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusNotFound
+}
+
+// IsConflict reports whether err is a 409 from the API.
+func IsConflict(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusConflict
+}
+
+// RetryAfter returns the delay a throttled (429) request asked for.
+func RetryAfter(err error) (time.Duration, bool) {
+	var se *StatusError
+	if errors.As(err, &se) && se.Status == http.StatusTooManyRequests {
+		return se.RetryAfter, true
+	}
+	return 0, false
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("local cloud %s %s: %w", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode >= 300 {
+		se := &StatusError{Status: resp.StatusCode}
+		var apiErr api.Error
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(data, &apiErr) == nil {
+			se.Code, se.Message = apiErr.Code, apiErr.Message
+		} else {
+			se.Message = strings.TrimSpace(string(data))
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			se.RetryAfter = time.Duration(s) * time.Second
+		}
+		return se
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("local cloud %s %s: bad response: %w", method, path, err)
+	}
+	return nil
+}
+
+// Regions lists regions and zones.
+func (c *Client) Regions(ctx context.Context) ([]api.Region, error) {
+	var out []api.Region
+	return out, c.do(ctx, http.MethodGet, "/v1/regions", nil, &out)
+}
+
+// InstanceTypes lists instance types.
+func (c *Client) InstanceTypes(ctx context.Context) ([]api.InstanceType, error) {
+	var out []api.InstanceType
+	return out, c.do(ctx, http.MethodGet, "/v1/instance-types", nil, &out)
+}
+
+// CreateInstance creates an instance.
+func (c *Client) CreateInstance(ctx context.Context, req api.CreateInstanceRequest) (*api.Instance, error) {
+	var out api.Instance
+	return &out, c.do(ctx, http.MethodPost, "/v1/instances", req, &out)
+}
+
+// ListInstances lists instances; name filters by name when not empty.
+func (c *Client) ListInstances(ctx context.Context, name string) ([]api.Instance, error) {
+	path := "/v1/instances"
+	if name != "" {
+		path += "?name=" + url.QueryEscape(name)
+	}
+	var out []api.Instance
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// GetInstance returns an instance by ID.
+func (c *Client) GetInstance(ctx context.Context, id string) (*api.Instance, error) {
+	var out api.Instance
+	return &out, c.do(ctx, http.MethodGet, "/v1/instances/"+url.PathEscape(id), nil, &out)
+}
+
+// InstanceByName returns the instance with a name, or a NotFound StatusError.
+func (c *Client) InstanceByName(ctx context.Context, name string) (*api.Instance, error) {
+	list, err := c.ListInstances(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, &StatusError{Status: http.StatusNotFound, Code: "NotFound", Message: fmt.Sprintf("no instance named %q", name)}
+	}
+	return &list[0], nil
+}
+
+// DeleteInstance deletes an instance.
+func (c *Client) DeleteInstance(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(id), nil, nil)
+}
+
+// StopInstance stops an instance.
+func (c *Client) StopInstance(ctx context.Context, id string) (*api.Instance, error) {
+	var out api.Instance
+	return &out, c.do(ctx, http.MethodPost, "/v1/instances/"+url.PathEscape(id)+"/stop", nil, &out)
+}
+
+// StartInstance starts a stopped instance.
+func (c *Client) StartInstance(ctx context.Context, id string) (*api.Instance, error) {
+	var out api.Instance
+	return &out, c.do(ctx, http.MethodPost, "/v1/instances/"+url.PathEscape(id)+"/start", nil, &out)
+}
+
+// PutLoadBalancer creates or updates a load balancer.
+func (c *Client) PutLoadBalancer(ctx context.Context, name string, spec api.LoadBalancerSpec) (*api.LoadBalancer, error) {
+	var out api.LoadBalancer
+	return &out, c.do(ctx, http.MethodPut, "/v1/load-balancers/"+url.PathEscape(name), spec, &out)
+}
+
+// SetBackends replaces only the backends of a load balancer.
+func (c *Client) SetBackends(ctx context.Context, name string, backends []api.Backend) (*api.LoadBalancer, error) {
+	var out api.LoadBalancer
+	return &out, c.do(ctx, http.MethodPut, "/v1/load-balancers/"+url.PathEscape(name)+"/backends", api.SetBackendsRequest{Backends: backends}, &out)
+}
+
+// GetLoadBalancer returns a load balancer.
+func (c *Client) GetLoadBalancer(ctx context.Context, name string) (*api.LoadBalancer, error) {
+	var out api.LoadBalancer
+	return &out, c.do(ctx, http.MethodGet, "/v1/load-balancers/"+url.PathEscape(name), nil, &out)
+}
+
+// ListLoadBalancers lists load balancers, of one cluster when cluster is set.
+func (c *Client) ListLoadBalancers(ctx context.Context, cluster string) ([]api.LoadBalancer, error) {
+	path := "/v1/load-balancers"
+	if cluster != "" {
+		path += "?cluster=" + url.QueryEscape(cluster)
+	}
+	var out []api.LoadBalancer
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// LoadBalancerHealth returns the data plane's view of the backends.
+func (c *Client) LoadBalancerHealth(ctx context.Context, name string) (*api.LoadBalancerHealth, error) {
+	var out api.LoadBalancerHealth
+	return &out, c.do(ctx, http.MethodGet, "/v1/load-balancers/"+url.PathEscape(name)+"/health", nil, &out)
+}
+
+// DeleteLoadBalancer deletes a load balancer.
+func (c *Client) DeleteLoadBalancer(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/load-balancers/"+url.PathEscape(name), nil, nil)
+}
+
+// ListRoutes lists the routes of a cluster (all when empty).
+func (c *Client) ListRoutes(ctx context.Context, cluster string) ([]api.Route, error) {
+	path := "/v1/routes"
+	if cluster != "" {
+		path += "?cluster=" + url.QueryEscape(cluster)
+	}
+	var out []api.Route
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// CreateRoute creates a route.
+func (c *Client) CreateRoute(ctx context.Context, rt api.Route) (*api.Route, error) {
+	var out api.Route
+	return &out, c.do(ctx, http.MethodPost, "/v1/routes", rt, &out)
+}
+
+// DeleteRoute deletes a route.
+func (c *Client) DeleteRoute(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/routes/"+url.PathEscape(name), nil, nil)
+}
+
+// CreateVolume creates a volume.
+func (c *Client) CreateVolume(ctx context.Context, req api.CreateVolumeRequest) (*api.Volume, error) {
+	var out api.Volume
+	return &out, c.do(ctx, http.MethodPost, "/v1/volumes", req, &out)
+}
+
+// ListVolumes lists volumes.
+func (c *Client) ListVolumes(ctx context.Context) ([]api.Volume, error) {
+	var out []api.Volume
+	return out, c.do(ctx, http.MethodGet, "/v1/volumes", nil, &out)
+}
+
+// GetVolume returns a volume by ID.
+func (c *Client) GetVolume(ctx context.Context, id string) (*api.Volume, error) {
+	var out api.Volume
+	return &out, c.do(ctx, http.MethodGet, "/v1/volumes/"+url.PathEscape(id), nil, &out)
+}
+
+// DeleteVolume deletes a volume.
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/volumes/"+url.PathEscape(id), nil, nil)
+}
+
+// CreateRegistry registers an image registry host.
+func (c *Client) CreateRegistry(ctx context.Context, host string) (*api.Registry, error) {
+	var out api.Registry
+	return &out, c.do(ctx, http.MethodPost, "/v1/registries", api.Registry{Host: host}, &out)
+}
+
+// ListRegistries lists registries.
+func (c *Client) ListRegistries(ctx context.Context) ([]api.Registry, error) {
+	var out []api.Registry
+	return out, c.do(ctx, http.MethodGet, "/v1/registries", nil, &out)
+}
+
+// Credential issues a pull credential for image.
+func (c *Client) Credential(ctx context.Context, image string) (*api.Credential, error) {
+	var out api.Credential
+	return &out, c.do(ctx, http.MethodPost, "/v1/credentials", api.CredentialRequest{Image: image}, &out)
+}
+
+// Faults returns the fault rules in force.
+func (c *Client) Faults(ctx context.Context) (*api.Faults, error) {
+	var out api.Faults
+	return &out, c.do(ctx, http.MethodGet, "/v1/faults", nil, &out)
+}
+
+// SetFaults replaces the fault rules (an empty set clears them).
+func (c *Client) SetFaults(ctx context.Context, f api.Faults) error {
+	return c.do(ctx, http.MethodPut, "/v1/faults", f, nil)
+}
