@@ -1,0 +1,131 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+type loadBalancers Provider
+
+// Tags the local provider puts on its load balancers, so an operator (and
+// orphan collection) can tell which Service a load balancer is for.
+const (
+	TagServiceName = "kubernetes.io/service-name"
+	TagServiceUID  = "kubernetes.io/service-uid"
+)
+
+func (p *loadBalancers) Features() cloud.LoadBalancerFeatures {
+	return cloud.LoadBalancerFeatures{
+		Protocols:      []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP},
+		SourceRanges:   true,
+		HealthChecks:   true,
+		DualStack:      p.dualStack,
+		MixedProtocols: true,
+	}
+}
+
+func (p *loadBalancers) GetLoadBalancer(ctx context.Context, spec *cloud.LoadBalancerSpec) (*corev1.LoadBalancerStatus, bool, error) {
+	lb, err := p.c.GetLoadBalancer(ctx, spec.Name)
+	if err = sdkErr(err, "load balancer "+spec.Name); cloud.IsNotFound(err) {
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, err
+	}
+	return status(lb), true, nil
+}
+
+func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) (*corev1.LoadBalancerStatus, error) {
+	req := api.LoadBalancerSpec{
+		Cluster:          spec.Cluster,
+		Tags:             map[string]string{TagServiceName: spec.Service.String(), TagServiceUID: string(spec.UID)},
+		Backends:         backends(hosts, spec.IPFamilies),
+		RequestedIP:      spec.RequestedIP,
+		ClientIPAffinity: spec.ClientIPAffinity,
+	}
+	for _, port := range spec.Ports {
+		req.Listeners = append(req.Listeners, api.Listener{Name: port.Name, Protocol: string(port.Protocol), Port: int(port.Port), BackendPort: int(port.NodePort)})
+	}
+	for _, r := range spec.SourceRanges {
+		req.SourceRanges = append(req.SourceRanges, r.String())
+	}
+	for _, f := range spec.IPFamilies {
+		req.IPFamilies = append(req.IPFamilies, string(f))
+	}
+	if spec.HealthCheck != nil {
+		req.HealthCheck = &api.HealthCheck{Type: api.HealthCheckHTTP, Path: spec.HealthCheck.Path, Port: int(spec.HealthCheck.NodePort)}
+	} else {
+		req.HealthCheck = &api.HealthCheck{Type: api.HealthCheckTCP}
+	}
+	lb, err := p.c.PutLoadBalancer(ctx, spec.Name, req)
+	if err != nil {
+		return nil, sdkErr(err, "ensure load balancer "+spec.Name)
+	}
+	if lb.State != api.LoadBalancerActive {
+		return nil, fmt.Errorf("load balancer %s is %s: %s", spec.Name, lb.State, lb.Message)
+	}
+	return status(lb), nil
+}
+
+func (p *loadBalancers) UpdateLoadBalancerHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) error {
+	_, err := p.c.SetBackends(ctx, spec.Name, backends(hosts, spec.IPFamilies))
+	return sdkErr(err, "update hosts of load balancer "+spec.Name)
+}
+
+func (p *loadBalancers) EnsureLoadBalancerDeleted(ctx context.Context, spec *cloud.LoadBalancerSpec) error {
+	err := sdkErr(p.c.DeleteLoadBalancer(ctx, spec.Name), "delete load balancer "+spec.Name)
+	if cloud.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// backends picks, for each host, its InternalIP of each wanted family
+// (IPv4 when none is given), falling back to ExternalIP.
+func backends(hosts []cloud.Host, families []corev1.IPFamily) []api.Backend {
+	if len(families) == 0 {
+		families = []corev1.IPFamily{corev1.IPv4Protocol}
+	}
+	out := []api.Backend{}
+	for _, h := range hosts {
+		for _, fam := range families {
+			if addr := hostAddress(h, fam); addr != "" {
+				out = append(out, api.Backend{Name: h.Name, Address: addr})
+			}
+		}
+	}
+	return out
+}
+
+func hostAddress(h cloud.Host, fam corev1.IPFamily) string {
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range h.Addresses {
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil || a.Type != typ {
+				continue
+			}
+			if (fam == corev1.IPv6Protocol) == ip.Is6() {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
+func status(lb *api.LoadBalancer) *corev1.LoadBalancerStatus {
+	vip := corev1.LoadBalancerIPModeVIP
+	st := &corev1.LoadBalancerStatus{}
+	for _, ip := range lb.VIPs {
+		ing := corev1.LoadBalancerIngress{IP: ip, IPMode: &vip}
+		for _, l := range lb.Listeners {
+			ing.Ports = append(ing.Ports, corev1.PortStatus{Port: int32(l.Port), Protocol: corev1.Protocol(l.Protocol)})
+		}
+		st.Ingress = append(st.Ingress, ing)
+	}
+	return st
+}

@@ -1,0 +1,57 @@
+package local
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+type routes Provider
+
+func (p *routes) ListRoutes(ctx context.Context, cluster string) ([]cloud.Route, error) {
+	list, err := p.c.ListRoutes(ctx, cluster)
+	if err != nil {
+		return nil, sdkErr(err, "list routes")
+	}
+	out := make([]cloud.Route, 0, len(list))
+	for _, r := range list {
+		dst, err := netip.ParsePrefix(r.DestinationCIDR)
+		if err != nil {
+			continue // the cloud validates CIDRs; never seen
+		}
+		out = append(out, cloud.Route{Name: r.Name, TargetNode: r.TargetNode, DestinationCIDR: dst, Blackhole: r.Blackhole})
+	}
+	return out, nil
+}
+
+// CreateRoute names the route after nameHint (the node UID) and the address
+// family, so a dual-stack node has two routes. Creating a route that
+// already exists identically succeeds.
+func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cloud.Route) error {
+	name := nameHint + "-ipv4"
+	if r.DestinationCIDR.Addr().Is6() {
+		name = nameHint + "-ipv6"
+	}
+	_, err := p.c.CreateRoute(ctx, api.Route{Name: name, Cluster: cluster, TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()})
+	if client.IsConflict(err) {
+		if existing, lerr := p.ListRoutes(ctx, cluster); lerr == nil {
+			for _, e := range existing {
+				if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() {
+					return nil
+				}
+			}
+		}
+	}
+	return sdkErr(err, "create route "+name)
+}
+
+func (p *routes) DeleteRoute(ctx context.Context, _ string, r cloud.Route) error {
+	err := sdkErr(p.c.DeleteRoute(ctx, r.Name), "delete route "+r.Name)
+	if cloud.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
