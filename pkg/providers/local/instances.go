@@ -58,4 +58,3 @@ func (p *instances) InstanceShutdown(ctx context.Context, n cloud.Node) (bool, e
 	}
 	return inst.State == api.InstanceStopped, nil
 }
-
