@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+const defaultCloudDataDir = "_output/cloud"
+
+// cloudFlags are shared by the `portside cloud` verbs.
+type cloudFlags struct {
+	dataDir  string
+	endpoint string
+	token    string
+	output   string
+}
+
+// client builds an API client from --endpoint/--token, or from the files
+// a cloud serving from --data-dir keeps.
+func (f *cloudFlags) client() (*client.Client, error) {
+	endpoint, token := f.endpoint, f.token
+	if endpoint == "" {
+		data, err := os.ReadFile(filepath.Join(f.dataDir, server.EndpointFile))
+		if err != nil {
+			return nil, fmt.Errorf("no local cloud is serving from --data-dir %s (start one with `portside cloud serve`, or give --endpoint)", f.dataDir)
+		}
+		endpoint = strings.TrimSpace(string(data))
+	}
+	if token == "" {
+		data, err := os.ReadFile(filepath.Join(f.dataDir, server.TokenFile))
+		if err != nil {
+			return nil, fmt.Errorf("no token: give --token or a --data-dir with a token file: %w", err)
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	return client.New(endpoint, token), nil
+}
+
+// print writes v as JSON, or as a table of header + rows.
+func (f *cloudFlags) print(w io.Writer, v any, header string, rows func(tw io.Writer)) error {
+	switch f.output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "", "table":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		rows(tw)
+		return tw.Flush()
+	default:
+		return fmt.Errorf("--output %q is not supported: use table or json", f.output)
+	}
+}
+
+func newCloudCommand() *cobra.Command {
+	f := &cloudFlags{}
+	cmd := &cobra.Command{
+		Use:   "cloud",
+		Short: "Run and manage the local reference cloud",
+	}
+	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", defaultCloudDataDir, "the cloud's data directory (state, token and endpoint files)")
+	cmd.PersistentFlags().StringVar(&f.endpoint, "endpoint", "", "API endpoint (default: read from --data-dir)")
+	cmd.PersistentFlags().StringVar(&f.token, "token", "", "bearer token (default: read from --data-dir)")
+	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	cmd.AddCommand(newCloudServeCommand(f), newCloudInstancesCommand(f), newCloudLBsCommand(f),
+		newCloudRoutesCommand(f), newCloudVolumesCommand(f), newCloudRegistriesCommand(f),
+		newCloudZonesCommand(f), newCloudFaultsCommand(f))
+	return cmd
+}
+
+func newCloudServeCommand(f *cloudFlags) *cobra.Command {
+	var (
+		opts                               server.RunOptions
+		vipPool, vipPool6, nodePool, node6 string
+		regions                            string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the local cloud's API and load balancers until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.DataDir = f.dataDir
+			for _, pf := range []struct {
+				flag, val string
+				dst       *netip.Prefix
+			}{
+				{"--vip-pool", vipPool, &opts.VIPPoolV4}, {"--vip-pool-v6", vipPool6, &opts.VIPPoolV6},
+				{"--node-pool", nodePool, &opts.NodePoolV4}, {"--node-pool-v6", node6, &opts.NodePoolV6},
+			} {
+				if pf.val == "" {
+					continue
+				}
+				p, err := netip.ParsePrefix(pf.val)
+				if err != nil {
+					return fmt.Errorf("%s %q is not a CIDR (want e.g. 127.100.0.0/16)", pf.flag, pf.val)
+				}
+				*pf.dst = p
+			}
+			var err error
+			if opts.Regions, err = parseRegions(regions); err != nil {
+				return err
+			}
+			opts.Ready = func(endpoint string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "local cloud serving at %s (data in %s; token in %s)\n", endpoint, opts.DataDir, filepath.Join(opts.DataDir, server.TokenFile))
+			}
+			return server.Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:8780", "API address (port 0 picks a free port; see <data-dir>/endpoint)")
+	fl.StringVar(&opts.TokenFile, "token-file", "", "bearer token file (default <data-dir>/token, generated if missing)")
+	fl.StringVar(&vipPool, "vip-pool", "127.100.0.0/16", "IPv4 range for load-balancer VIPs (on loopback)")
+	fl.StringVar(&vipPool6, "vip-pool-v6", "", "IPv6 range for load-balancer VIPs; must be routed to lo (ip -6 route add local <range> dev lo)")
+	fl.StringVar(&nodePool, "node-pool", "127.1.0.0/16", "IPv4 range for instance addresses")
+	fl.StringVar(&node6, "node-pool-v6", "fd00:1::/64", "IPv6 range for instance addresses")
+	fl.StringVar(&regions, "regions", "region-1=zone-a,zone-b,zone-c", "regions and zones: region=zone,zone;region=zone")
+	fl.DurationVar(&opts.DataPlane.HealthInterval, "health-interval", time.Second, "interval of backend health checks")
+	fl.DurationVar(&opts.DataPlane.DrainTimeout, "drain-timeout", 30*time.Second, "how long connections to a removed backend may continue")
+	return cmd
+}
+
+func parseRegions(s string) ([]api.Region, error) {
+	var out []api.Region
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ";") {
+		name, zones, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || zones == "" {
+			return nil, fmt.Errorf("--regions %q: want region=zone,zone;region=zone", s)
+		}
+		r := api.Region{Name: name}
+		for _, z := range strings.Split(zones, ",") {
+			z = strings.TrimSpace(z)
+			if z == "" || seen[z] {
+				return nil, fmt.Errorf("--regions %q: zone %q is empty or listed twice", s, z)
+			}
+			seen[z] = true
+			r.Zones = append(r.Zones, z)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
