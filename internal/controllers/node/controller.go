@@ -1,0 +1,242 @@
+// Package node is the cloud node controller (cloud-node-controller): it
+// initializes nodes that kubelets registered with --cloud-provider=external
+// (providerID, addresses, zone/region/instance-type labels, the provider's
+// labels, then the uninitialized taint removed), in at most two API writes
+// per node, and keeps node addresses in sync with the cloud.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/controllers/queue"
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// Name and alias of the controller (upstream names).
+const (
+	Name  = "cloud-node-controller"
+	Alias = "cloud-node"
+)
+
+// Config configures the controller.
+type Config struct {
+	Client    kubernetes.Interface
+	Nodes     coreinformers.NodeInformer
+	Instances cloud.Instances
+	Recorder  record.EventRecorder
+	// Workers initialize nodes in parallel.
+	Workers int
+	// StatusUpdateFrequency is the period of the address sync of
+	// initialized nodes.
+	StatusUpdateFrequency time.Duration
+	Metrics               prometheus.Registerer
+}
+
+// Controller is the cloud node controller.
+type Controller struct {
+	cfg     Config
+	lister  corelisters.NodeLister
+	synced  cache.InformerSynced
+	init    queue.Queue
+	sync    queue.Queue
+	metrics *metrics
+}
+
+// New registers the controller's event handlers on the node informer.
+func New(cfg Config) (*Controller, error) {
+	c := &Controller{
+		cfg:     cfg,
+		lister:  cfg.Nodes.Lister(),
+		synced:  cfg.Nodes.Informer().HasSynced,
+		init:    queue.New("cloud-node-init", 100*time.Millisecond, 5*time.Minute),
+		sync:    queue.New("cloud-node-sync", time.Second, 5*time.Minute),
+		metrics: newMetrics(cfg.Metrics),
+	}
+	_, err := cfg.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueue(obj.(*corev1.Node)) },
+		UpdateFunc: func(_, obj any) { c.enqueue(obj.(*corev1.Node)) },
+	})
+	return c, err
+}
+
+// enqueue filters: tainted nodes go to initialization, initialized nodes
+// with stale GA labels to the sync queue; everything else is ignored.
+func (c *Controller) enqueue(n *corev1.Node) {
+	switch {
+	case HasUninitializedTaint(n):
+		c.init.Add(n.Name)
+	case GALabelFixes(n) != nil:
+		c.sync.Add(n.Name)
+	}
+}
+
+// Run initializes and syncs nodes until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
+		return
+	}
+	logger.Info("Starting", "workers", c.cfg.Workers, "statusUpdateFrequency", c.cfg.StatusUpdateFrequency)
+	go queue.Run(ctx, c.sync, max(1, c.cfg.Workers/4), c.syncNode)
+	go c.periodicSync(ctx)
+	queue.Run(ctx, c.init, c.cfg.Workers, c.initNode)
+}
+
+// periodicSync queues every initialized node for an address sync once per
+// StatusUpdateFrequency.
+func (c *Controller) periodicSync(ctx context.Context) {
+	t := time.NewTicker(c.cfg.StatusUpdateFrequency)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		nodes, _ := c.lister.List(labelsEverything)
+		for _, n := range nodes {
+			if !HasUninitializedTaint(n) {
+				c.sync.Add(n.Name)
+			}
+		}
+	}
+}
+
+// initNode initializes one node: cloud lookup, decision, at most two writes.
+func (c *Controller) initNode(ctx context.Context, name string) error {
+	node, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !HasUninitializedTaint(node) {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("node", name)
+	md, err := c.cfg.Instances.InstanceMetadata(ctx, cloud.NodeFrom(node))
+	if err != nil {
+		reason := "CloudError"
+		if cloud.IsNotFound(err) {
+			reason = "InstanceNotFound"
+			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, reason,
+				"Node stays uninitialized: the cloud has no instance for it (%v); check that the machine exists and the node name or providerID matches it", err)
+		}
+		c.metrics.inits.WithLabelValues(reason).Inc()
+		return err
+	}
+	decision, err := DecideInitialization(node, md)
+	var ie *InitError
+	if errors.As(err, &ie) {
+		c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ie.Reason, "Node stays uninitialized: %s", ie.Message)
+		c.metrics.inits.WithLabelValues(ie.Reason).Inc()
+		return err
+	}
+	if err := c.apply(ctx, node, decision); err != nil {
+		c.metrics.inits.WithLabelValues("APIError").Inc()
+		return err
+	}
+	c.metrics.inits.WithLabelValues("success").Inc()
+	c.metrics.initLatency.Observe(time.Since(node.CreationTimestamp.Time).Seconds())
+	c.cfg.Recorder.Event(node, corev1.EventTypeNormal, "Synced", "Node synced successfully")
+	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone)
+	return nil
+}
+
+// apply writes an initialization: addresses first (status), so that the
+// node is never schedulable without them; then labels, providerID and
+// taints in one patch guarded by resourceVersion, because the taint list is
+// replaced whole and must not lose a concurrent change.
+func (c *Controller) apply(ctx context.Context, node *corev1.Node, d *Initialization) error {
+	nodes := c.cfg.Client.CoreV1().Nodes()
+	rv := node.ResourceVersion
+	if d.AddressesChanged {
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"addresses": d.Addresses}})
+		updated, err := nodes.Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		if err != nil {
+			return fmt.Errorf("patch addresses: %w", err)
+		}
+		rv = updated.ResourceVersion
+	}
+	meta := map[string]any{"resourceVersion": rv}
+	if len(d.Labels) > 0 {
+		meta["labels"] = d.Labels
+	}
+	spec := map[string]any{"taints": d.Taints}
+	if d.ProviderID != "" {
+		spec["providerID"] = d.ProviderID
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta, "spec": spec})
+	if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			// The node changed since our read; the informer brings the new
+			// version and the next attempt decides again.
+			return queue.RetryAfter(50*time.Millisecond, err)
+		}
+		return fmt.Errorf("patch node: %w", err)
+	}
+	return nil
+}
+
+// syncNode keeps an initialized node's addresses and GA labels current.
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	node, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && HasUninitializedTaint(node)) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	nodes := c.cfg.Client.CoreV1().Nodes()
+	if fix := GALabelFixes(node); fix != nil {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": fix}})
+		if _, err := nodes.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("patch GA labels: %w", err)
+		}
+	}
+	if node.Spec.ProviderID == "" {
+		return nil
+	}
+	md, err := c.cfg.Instances.InstanceMetadata(ctx, cloud.NodeFrom(node))
+	if cloud.IsNotFound(err) {
+		return nil // the lifecycle controller decides about vanished instances
+	}
+	if err != nil {
+		return err
+	}
+	addrs, err := DesiredAddresses(node, md.Addresses)
+	if err != nil {
+		var ie *InitError
+		if errors.As(err, &ie) {
+			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ie.Reason, "Addresses not updated: %s", ie.Message)
+			return nil // retried at the next period, or when the annotation changes
+		}
+		return err
+	}
+	if equalAddresses(node.Status.Addresses, addrs) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"addresses": addrs}})
+	if _, err := nodes.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patch addresses: %w", err)
+	}
+	c.metrics.addrUpdates.Inc()
+	return nil
+}

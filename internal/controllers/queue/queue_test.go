@@ -1,0 +1,71 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+func TestErrorContract(t *testing.T) {
+	q := New("test", 10*time.Millisecond, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	calls := map[string][]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, q, 2, func(_ context.Context, key string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[key] = append(calls[key], time.Now())
+			n := len(calls[key])
+			switch key {
+			case "ok":
+				return nil
+			case "cloud-retry-after":
+				if n == 1 {
+					return cloud.RetryAfter(300*time.Millisecond, "provisioning")
+				}
+			case "backoff":
+				if n < 4 {
+					return errors.New("transient")
+				}
+			}
+			return nil
+		})
+	}()
+	for _, k := range []string{"ok", "cloud-retry-after", "backoff"} {
+		q.Add(k)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		mu.Lock()
+		ready := len(calls["cloud-retry-after"]) == 2 && len(calls["backoff"]) == 4
+		mu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls = %v", calls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls["ok"]) != 1 {
+		t.Errorf("ok synced %d times", len(calls["ok"]))
+	}
+	if gap := calls["cloud-retry-after"][1].Sub(calls["cloud-retry-after"][0]); gap < 300*time.Millisecond || gap > 700*time.Millisecond {
+		t.Errorf("retry-after honoured with a gap of %v, want ~300ms", gap)
+	}
+	b := calls["backoff"]
+	if g1, g3 := b[1].Sub(b[0]), b[3].Sub(b[2]); g3 <= g1 {
+		t.Errorf("backoff does not grow: %v then %v", g1, g3)
+	}
+}

@@ -1,0 +1,138 @@
+// Package manager is Portside's cloud controller manager: options with
+// upstream flag names, client and provider set-up, leader election on a
+// Lease, secure serving of health and metrics, and the registry of
+// controllers it runs.
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options are the CCM's settings. Names and defaults follow upstream's
+// cloud-controller-manager where upstream has the flag; where Portside's
+// default differs it says why (docs/ccm.md).
+type Options struct {
+	CloudProvider string
+	CloudConfig   string
+	Kubeconfig    string
+	Controllers   []string
+	ClusterName   string
+
+	// KubeAPIQPS and KubeAPIBurst: upstream's 20/30 throttle a CCM of a
+	// large cluster for minutes; the apiserver's priority and fairness is
+	// the real protection, so Portside defaults to 200/400.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// ConcurrentNodeSyncs: upstream defaults to 1 worker; Portside to 16
+	// (cloud rate limits are honoured through retry-after, per node).
+	ConcurrentNodeSyncs       int
+	NodeMonitorPeriod         time.Duration
+	NodeStatusUpdateFrequency time.Duration
+
+	LeaderElect             bool
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+	LeaderElectLockName     string
+	LeaderElectNamespace    string
+	LeaderElectResourceLock string
+	// Identity of this replica in the Lease; default hostname_uuid.
+	LeaderElectIdentity string
+
+	BindAddress string
+	SecurePort  int
+	CertFile    string
+	KeyFile     string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Controllers:               []string{"*"},
+		ClusterName:               "kubernetes",
+		KubeAPIQPS:                200,
+		KubeAPIBurst:              400,
+		ConcurrentNodeSyncs:       16,
+		NodeMonitorPeriod:         5 * time.Second,
+		NodeStatusUpdateFrequency: 5 * time.Minute,
+		LeaderElect:               true,
+		LeaseDuration:             15 * time.Second,
+		RenewDeadline:             10 * time.Second,
+		RetryPeriod:               2 * time.Second,
+		LeaderElectLockName:       "cloud-controller-manager",
+		LeaderElectNamespace:      "kube-system",
+		LeaderElectResourceLock:   "leases",
+		BindAddress:               "0.0.0.0",
+		SecurePort:                10258,
+	}
+}
+
+// AddFlags registers the flags, with upstream names.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.CloudProvider, "cloud-provider", o.CloudProvider, "the provider to run against (registered providers: see `portside ccm --help`)")
+	fs.StringVar(&o.CloudConfig, "cloud-config", o.CloudConfig, "the provider's configuration file")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster (default: in-cluster configuration)")
+	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "controllers to run: '*' for all on by default, 'name' to enable, '-name' to disable")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "the cluster's name; cloud resources are tagged with it")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "client-side QPS limit to the apiserver (upstream: 20)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "client-side burst to the apiserver (upstream: 30)")
+	fs.IntVar(&o.ConcurrentNodeSyncs, "concurrent-node-syncs", o.ConcurrentNodeSyncs, "nodes initialized at once (upstream: 1)")
+	fs.DurationVar(&o.NodeMonitorPeriod, "node-monitor-period", o.NodeMonitorPeriod, "how often the lifecycle controller checks not-ready nodes against the cloud")
+	fs.DurationVar(&o.NodeStatusUpdateFrequency, "node-status-update-frequency", o.NodeStatusUpdateFrequency, "how often node addresses are synced from the cloud")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run only while holding the leader Lease (for several replicas)")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "how long a non-leader waits after the last renewal before taking over")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader retries renewing before it gives up leading")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often to try to acquire or renew the Lease")
+	fs.StringVar(&o.LeaderElectLockName, "leader-elect-resource-name", o.LeaderElectLockName, "name of the leader Lease")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-resource-namespace", o.LeaderElectNamespace, "namespace of the leader Lease")
+	fs.StringVar(&o.LeaderElectResourceLock, "leader-elect-resource-lock", o.LeaderElectResourceLock, "lock type; only 'leases' is supported")
+	fs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "this replica's identity in the Lease (default: hostname_<random>)")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "address to serve /healthz, /readyz, /livez and /metrics on")
+	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "HTTPS port for /healthz, /readyz, /livez and /metrics (0: pick a free port)")
+	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
+	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "serving key")
+}
+
+// Validate checks the options; the error is one line that says what to fix.
+func (o *Options) Validate(known []Controller) error {
+	var errs []string
+	if o.CloudProvider == "" {
+		errs = append(errs, "--cloud-provider is required")
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		errs = append(errs, "--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if o.ConcurrentNodeSyncs < 1 {
+		errs = append(errs, "--concurrent-node-syncs must be at least 1")
+	}
+	if o.NodeMonitorPeriod <= 0 || o.NodeStatusUpdateFrequency <= 0 {
+		errs = append(errs, "--node-monitor-period and --node-status-update-frequency must be positive")
+	}
+	if o.LeaderElect {
+		if o.LeaderElectResourceLock != "leases" {
+			errs = append(errs, fmt.Sprintf("--leader-elect-resource-lock=%s is not supported: use leases", o.LeaderElectResourceLock))
+		}
+		if !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
+			errs = append(errs, "leader election needs lease-duration > renew-deadline > retry-period > 0")
+		}
+	}
+	if o.SecurePort < 0 || o.SecurePort > 65535 {
+		errs = append(errs, fmt.Sprintf("--secure-port %d is out of range 0-65535", o.SecurePort))
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, "--tls-cert-file and --tls-private-key-file go together")
+	}
+	if _, err := EnabledControllers(o.Controllers, known); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// ErrLostLease is returned when this replica stops leading; the process
+// exits so that its restart re-joins the election with clean state.
+var ErrLostLease = errors.New("lost the leader lease")
+
+// Run runs the CCM until ctx is done, or until it loses the leader lease.
+// ready, if set, gets the health/metrics address once serving.
+func Run(ctx context.Context, o *Options, known []Controller, ready func(addr string)) error {
+	logger := klog.FromContext(ctx)
+	if err := o.Validate(known); err != nil {
+		return err
+	}
+	enabled, _ := EnabledControllers(o.Controllers, known)
+	provider, err := cloud.New(ctx, o.CloudProvider, o.CloudConfig)
+	if err != nil {
+		return err
+	}
+	caps := cloud.Discover(provider)
+	logger.Info("Cloud provider ready", "provider", provider.ProviderName(), "capabilities", caps)
+
+	restCfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	reg := NewRegistry()
+	h := &health{}
+	addr, serveErr, err := serve(ctx, o, h, reg)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(addr)
+	}
+
+	runControllers := func(ctx context.Context) error {
+		return startControllers(ctx, o, enabled, provider, client, reg, h)
+	}
+	if !o.LeaderElect {
+		if err := runControllers(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-serveErr:
+			return err
+		}
+	}
+	return runWithLeaderElection(ctx, o, client, h, runControllers)
+}
+
+func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.Interface, h *health, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	id := o.LeaderElectIdentity
+	if id == "" {
+		host, _ := os.Hostname()
+		id = host + "_" + uuid.NewString()
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaderElectLockName, Namespace: o.LeaderElectNamespace},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	var runErr error
+	led := false
+	leCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.LeaseDuration,
+		RenewDeadline:   o.RenewDeadline,
+		RetryPeriod:     o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            o.LeaderElectLockName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				led = true
+				logger.Info("Became leader; starting controllers", "identity", id)
+				if err := run(ctx); err != nil {
+					runErr = err
+					cancel()
+				}
+			},
+			OnStoppedLeading: func() {
+				if led && ctx.Err() == nil {
+					h.leaderStale.Store(true)
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					logger.Info("Standing by", "leader", identity, "identity", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	// A standby is healthy and ready: it serves its purpose by waiting.
+	h.ready.Store(true)
+	elector.Run(leCtx)
+	switch {
+	case runErr != nil:
+		return runErr
+	case ctx.Err() != nil:
+		logger.Info("Shut down; lease released", "identity", id)
+		return nil
+	default:
+		return fmt.Errorf("%w (identity %s)", ErrLostLease, id)
+	}
+}
+
+// startControllers starts the informers and every enabled controller, and
+// marks the manager ready when the caches are synced.
+func startControllers(ctx context.Context, o *Options, enabled []Controller, provider cloud.Provider,
+	client kubernetes.Interface, reg prometheus.Registerer, h *health) error {
+	logger := klog.FromContext(ctx)
+	h.ready.Store(false)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	go func() {
+		<-ctx.Done()
+		broadcaster.Shutdown()
+	}()
+	cc := &ControllerContext{
+		Client: client, Informers: factory, Cloud: provider, Options: o, Metrics: reg,
+		Recorder: func(component string) record.EventRecorder {
+			return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+		},
+	}
+	for _, c := range enabled {
+		cctx := klog.NewContext(ctx, logger.WithValues("controller", c.Name))
+		skip, err := c.Start(cctx, cc)
+		if err != nil {
+			return fmt.Errorf("controller %s: %w", c.Name, err)
+		}
+		if skip != "" {
+			logger.Info("Controller not started", "controller", c.Name, "reason", skip)
+			continue
+		}
+		logger.Info("Controller started", "controller", c.Name)
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer cache for %v did not sync", typ)
+		}
+	}
+	h.ready.Store(true)
+	return nil
+}
+
+// dropManagedFields keeps informer caches small: controllers never read
+// managedFields, and at thousands of nodes they are most of a Node's size.
+func dropManagedFields(obj any) (any, error) {
+	if acc, err := meta.Accessor(obj); err == nil && acc.GetManagedFields() != nil {
+		acc.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// restConfig builds the client configuration: --kubeconfig or in-cluster,
+// protobuf on the wire, and the QPS limits.
+func restConfig(o *Options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			err = fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cfg.UserAgent = "portside-ccm"
+	cfg.Timeout = 30 * time.Second
+	return cfg, nil
+}
