@@ -32,26 +32,36 @@ type Cloud struct {
 // tests see backend changes quickly.
 func Start(t testing.TB) *Cloud {
 	t.Helper()
+	c, stop, err := StartDetached(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return c
+}
+
+// StartDetached runs a cloud with its state in dir until stop is called,
+// for fixtures shared by a whole test package.
+func StartDetached(dir string) (c *Cloud, stop func(), err error) {
 	octet := 10 + rand.IntN(200)
 	third := rand.IntN(120) * 2
-	c := &Cloud{
+	c = &Cloud{
 		Token:    fmt.Sprintf("test-%d", rand.Int64()),
 		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, third)),
 		NodePool: netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, third+1)),
 	}
-	srv, err := server.New(context.Background(), filepath.Join(t.TempDir(), server.StateFile), server.Options{
+	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{
 		Token: c.Token, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool,
 		DataPlane: dataplane.Options{HealthInterval: 100 * time.Millisecond, HealthTimeout: 300 * time.Millisecond, DrainTimeout: time.Second},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Close()
-	})
 	c.Server, c.Endpoint = srv, hs.URL
 	c.Client = client.New(hs.URL, c.Token)
-	return c
+	return c, func() {
+		hs.Close()
+		srv.Close()
+	}, nil
 }

@@ -1,0 +1,140 @@
+// Package ccm tests Portside's cloud controller manager end to end on a real
+// kube-apiserver with a real local cloud: one cloud and one CCM for the
+// package (a CCM owns every node of its cluster), tests use their own nodes.
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
+	"github.com/portside-io/portside/internal/manager"
+	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/testenv"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	_ "github.com/portside-io/portside/pkg/providers/local" // registers "local"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type fixture struct {
+	cloud   *localcloudtest.Cloud
+	client  kubernetes.Interface
+	sim     *nodesim.Simulator
+	metrics string // https address of /metrics
+}
+
+var (
+	fixOnce sync.Once
+	fix     *fixture
+)
+
+// env starts the package's cloud and CCM once.
+func env(t *testing.T) *fixture {
+	t.Helper()
+	client := testenv.Client(t)
+	fixOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "portside-ccm-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc, _, err := localcloudtest.StartDetached(dir) // lives as long as the test binary
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(dir, "cloud.yaml")
+		if err := os.WriteFile(cfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o := manager.NewOptions()
+		o.CloudProvider, o.CloudConfig, o.Kubeconfig = "local", cfg, testenv.Kubeconfig(t)
+		o.LeaderElect = false
+		o.SecurePort, o.BindAddress = 0, "127.0.0.1"
+		o.NodeMonitorPeriod = 300 * time.Millisecond
+		o.NodeStatusUpdateFrequency = time.Second
+		addr := make(chan string, 1)
+		go func() {
+			if err := manager.Run(context.Background(), o, manager.DefaultControllers(), func(a string) { addr <- a }); err != nil {
+				fmt.Fprintln(os.Stderr, "ccm exited:", err)
+			}
+		}()
+		select {
+		case a := <-addr:
+			fix = &fixture{cloud: lc, client: client, sim: nodesim.New(client, 8), metrics: "https://" + a + "/metrics"}
+		case <-time.After(30 * time.Second):
+			t.Fatal("CCM did not start serving")
+		}
+	})
+	if fix == nil {
+		t.Fatal("fixture failed to start")
+	}
+	return fix
+}
+
+// instance creates a cloud instance for a node.
+func (f *fixture) instance(t *testing.T, req api.CreateInstanceRequest) *api.Instance {
+	t.Helper()
+	inst, err := f.cloud.Client.CreateInstance(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst
+}
+
+func (f *fixture) register(t *testing.T, specs ...nodesim.NodeSpec) {
+	t.Helper()
+	if err := f.sim.Register(context.Background(), specs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitNode polls a node until cond holds.
+func (f *fixture) waitNode(t *testing.T, name string, timeout time.Duration, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := f.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && cond(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: timed out waiting for %s; last: %+v %v", name, what, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// events returns the reasons of the events about a node.
+func (f *fixture) events(t *testing.T, node string) map[string]string {
+	t.Helper()
+	list, err := f.client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", node).String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range list.Items {
+		out[e.Reason] = e.Message
+	}
+	return out
+}
+
+func tainted(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
