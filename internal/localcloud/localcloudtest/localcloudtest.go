@@ -43,12 +43,13 @@ func Start(t testing.TB) *Cloud {
 // StartDetached runs a cloud with its state in dir until stop is called,
 // for fixtures shared by a whole test package.
 func StartDetached(dir string) (c *Cloud, stop func(), err error) {
-	octet := 10 + rand.IntN(200)
-	third := rand.IntN(120) * 2
+	// 127.<o>.0.0/16: VIPs in one random /24 of the lower half, nodes in
+	// the upper half (32k addresses, enough for 5,000-node benchmarks).
+	octet := 10 + rand.IntN(240)
 	c = &Cloud{
 		Token:    fmt.Sprintf("test-%d", rand.Int64()),
-		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, third)),
-		NodePool: netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, third+1)),
+		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, rand.IntN(128))),
+		NodePool: netip.MustParsePrefix(fmt.Sprintf("127.%d.128.0/17", octet)),
 	}
 	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{
 		Token: c.Token, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool,

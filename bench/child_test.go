@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	nodecontroller "k8s.io/cloud-provider/controllers/node"
+	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+
+	"github.com/portside-io/portside/internal/manager"
+	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/cloud/upstream"
+	_ "github.com/portside-io/portside/pkg/providers/local" // registers "local"
+)
+
+// childEnv carries a contender's settings to the re-executed test binary,
+// so that each contender runs in its own process (its own peak RSS).
+const childEnv = "PORTSIDE_BENCH_CHILD"
+
+// contender is one controller configuration under test.
+type contender struct {
+	Name        string  `json:"name"`
+	Upstream    bool    `json:"upstream"`
+	Workers     int     `json:"workers"`
+	QPS         float32 `json:"qps"`
+	Burst       int     `json:"burst"`
+	Kubeconfig  string  `json:"kubeconfig"`
+	CloudConfig string  `json:"cloudConfig"`
+}
+
+// runChild runs a contender until SIGTERM; returns the exit code.
+func runChild(spec string) int {
+	var c contender
+	if err := json.Unmarshal([]byte(spec), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "bad child spec:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var err error
+	if c.Upstream {
+		err = runUpstream(ctx, c)
+	} else {
+		o := manager.NewOptions()
+		o.CloudProvider, o.CloudConfig, o.Kubeconfig = "local", c.CloudConfig, c.Kubeconfig
+		o.Controllers = []string{"cloud-node"}
+		o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
+		o.ConcurrentNodeSyncs, o.KubeAPIQPS, o.KubeAPIBurst = c.Workers, c.QPS, c.Burst
+		err = manager.Run(ctx, o, manager.DefaultControllers(), nil)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "contender:", err)
+		return 1
+	}
+	return 0
+}
+
+// runUpstream runs k8s.io/cloud-provider's cloud node controller on the
+// same cloud, through the reverse adapter, configured as upstream's CCM
+// configures it (protobuf, the given QPS, workers).
+func runUpstream(ctx context.Context, c contender) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = c.QPS, c.Burst
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	p, err := cloud.New(ctx, "local", c.CloudConfig)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(client, 12*time.Hour)
+	nc, err := nodecontroller.NewCloudNodeController(factory.Core().V1().Nodes(), client, upstream.ToUpstream(p),
+		5*time.Minute, int32(c.Workers), int32(c.Workers))
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	nc.RunWithContext(ctx, controllersmetrics.NewControllerManagerMetrics("bench"))
+	return nil
+}

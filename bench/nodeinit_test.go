@@ -1,0 +1,244 @@
+// Package bench holds Portside's side-by-side benchmarks: Portside's
+// controllers and upstream k8s.io/cloud-provider's, on the same real
+// kube-apiserver and the same local cloud, in one run.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
+	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/testenv"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	testenv.Main(m)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// unthrottled stands for "no client-side throttling".
+const unthrottled = 1e6
+
+// BenchmarkNodeInitialization: N tainted simulated nodes on the real
+// apiserver, cloud calls taking 10 ms; time until every node is initialized,
+// node writes per node (apiserver's own request counter) and peak RSS, for
+// Portside and upstream, at their defaults and at equal settings.
+// PORTSIDE_BENCH_NODES sets N (default 5000); PORTSIDE_BENCH_SKIP_SLOW=1
+// skips upstream at its defaults (1 worker, QPS 20: about 12 minutes at 5000).
+func BenchmarkNodeInitialization(b *testing.B) {
+	n := envInt("PORTSIDE_BENCH_NODES", 5000)
+	client := testenv.Client(b)
+	lc := localcloudtest.Start(b)
+	ctx := context.Background()
+	cfg := filepath.Join(b.TempDir(), "cloud.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-node-%05d", i)
+	}
+	zones := []string{"zone-a", "zone-b", "zone-c"}
+	var createErr atomic.Value
+	workqueue.ParallelizeUntil(ctx, 16, n, func(i int) {
+		if _, err := lc.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: names[i], Zone: zones[i%3]}); err != nil {
+			createErr.Store(err)
+		}
+	})
+	if err := createErr.Load(); err != nil {
+		b.Fatalf("creating instances: %v", err)
+	}
+	// Every cloud call takes 10 ms, as a real cloud API's would.
+	if err := lc.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "GET", PathPrefix: "/v1/instances", LatencyMillis: 10}}}); err != nil {
+		b.Fatal(err)
+	}
+	contenders := []contender{
+		{Name: "portside-defaults", Workers: 16, QPS: 200, Burst: 400},
+		{Name: "upstream-defaults", Upstream: true, Workers: 1, QPS: 20, Burst: 30},
+		{Name: "portside-equal", Workers: 10, QPS: unthrottled, Burst: unthrottled},
+		{Name: "upstream-equal", Upstream: true, Workers: 10, QPS: unthrottled, Burst: unthrottled},
+	}
+	results := map[string]result{}
+	for _, c := range contenders {
+		if c.Name == "upstream-defaults" && os.Getenv("PORTSIDE_BENCH_SKIP_SLOW") == "1" {
+			continue
+		}
+		c.Kubeconfig, c.CloudConfig = testenv.Kubeconfig(b), cfg
+		r := runContender(b, client, c, names)
+		results[c.Name] = r
+		b.Logf("%-18s %d nodes in %7.1fs  %.2f node writes/node  peak RSS %5.1f MB", c.Name, n, r.seconds, r.writesPerNode, r.peakRSSMB)
+		b.ReportMetric(r.seconds, c.Name+"-s")
+		b.ReportMetric(r.writesPerNode, c.Name+"-writes/node")
+		b.ReportMetric(r.peakRSSMB, c.Name+"-peakRSS-MB")
+	}
+	if u, ok := results["upstream-defaults"]; ok {
+		b.ReportMetric(u.seconds/results["portside-defaults"].seconds, "speedup-vs-upstream-defaults")
+	}
+	b.ReportMetric(results["upstream-equal"].seconds/results["portside-equal"].seconds, "speedup-at-equal-settings")
+}
+
+type result struct {
+	seconds, writesPerNode, peakRSSMB float64
+}
+
+// runContender registers the nodes, starts the contender, waits until all
+// are initialized, stops it and deletes the nodes again.
+func runContender(b *testing.B, client kubernetes.Interface, c contender, names []string) result {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	specs := make([]nodesim.NodeSpec, len(names))
+	for i, name := range names {
+		specs[i] = nodesim.NodeSpec{Name: name}
+	}
+	sim := nodesim.New(client, 32)
+	if err := sim.Register(ctx, specs); err != nil {
+		b.Fatal(err)
+	}
+	var initialized atomic.Int64
+	done := make(chan struct{})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	count := func(old, cur *corev1.Node) {
+		was, is := old != nil && !uninitialized(old), !uninitialized(cur)
+		if is && !was && initialized.Add(1) == int64(len(names)) {
+			close(done)
+		}
+	}
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { count(nil, obj.(*corev1.Node)) },
+		UpdateFunc: func(old, cur any) { count(old.(*corev1.Node), cur.(*corev1.Node)) },
+	})
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	defer func() {
+		cancel() // Shutdown waits for the informers, which stop on ctx
+		factory.Shutdown()
+	}()
+	writesBefore := nodeWrites(b, client)
+
+	spec, _ := json.Marshal(c)
+	start := time.Now()
+	p, err := proc.Start(c.Name, os.Args[0], []string{"-test.run=^$", "-test.bench=^$"}, []string{childEnv + "=" + string(spec)},
+		filepath.Join(b.TempDir(), c.Name+".log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var peak float64
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	timeout := time.After(30 * time.Minute)
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-timeout:
+			p.Stop(5 * time.Second)
+			b.Fatalf("%s: only %d of %d nodes initialized after 30 minutes\n%s", c.Name, initialized.Load(), len(names), p.LogTail(20))
+		case <-p.Done():
+			b.Fatalf("%s exited: %v\n%s", c.Name, p.ExitErr(), p.LogTail(20))
+		case <-ticker.C:
+			peak = max(peak, peakRSSMB(p.PID()))
+		}
+	}
+	elapsed := time.Since(start)
+	peak = max(peak, peakRSSMB(p.PID()))
+	p.Stop(10 * time.Second)
+	writes := nodeWrites(b, client) - writesBefore
+	if err := sim.Delete(context.Background(), names); err != nil {
+		b.Fatal(err)
+	}
+	waitNoNodes(b, client)
+	return result{seconds: elapsed.Seconds(), writesPerNode: writes / float64(len(names)), peakRSSMB: peak}
+}
+
+func uninitialized(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == nodesim.TaintUninitialized {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeWrites reads the apiserver's own count of node writes (the object
+// and its status), so every client's writes are counted the same way.
+func nodeWrites(b *testing.B, client kubernetes.Interface) float64 {
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="nodes"`) {
+			continue
+		}
+		if !(strings.Contains(line, `verb="PATCH"`) || strings.Contains(line, `verb="PUT"`) || strings.Contains(line, `verb="UPDATE"`)) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// peakRSSMB reads a process's peak resident set size (VmHWM).
+func peakRSSMB(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func waitNoNodes(b *testing.B, client kubernetes.Interface) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		list, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{Limit: 1})
+		if err == nil && len(list.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("nodes not deleted")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,69 @@
+package manager
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var known = []Controller{
+	{Name: "cloud-node-controller", Aliases: []string{"cloud-node"}},
+	{Name: "cloud-node-lifecycle-controller", Aliases: []string{"cloud-node-lifecycle"}},
+}
+
+func names(cs []Controller) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestEnabledControllers(t *testing.T) {
+	cases := []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"*"}, "cloud-node-controller,cloud-node-lifecycle-controller"},
+		{[]string{"*", "-cloud-node-lifecycle"}, "cloud-node-controller"},
+		{[]string{"cloud-node"}, "cloud-node-controller"},
+		{[]string{"cloud-node-lifecycle-controller"}, "cloud-node-lifecycle-controller"},
+		{[]string{"-cloud-node", "cloud-node"}, ""},
+		{[]string{}, ""},
+	}
+	for _, tc := range cases {
+		got, err := EnabledControllers(tc.flags, known)
+		if err != nil || names(got) != tc.want {
+			t.Errorf("%v: got %q %v, want %q", tc.flags, names(got), err, tc.want)
+		}
+	}
+	_, err := EnabledControllers([]string{"*", "-route"}, known)
+	if err == nil || !strings.Contains(err.Error(), `unknown controller "route"`) || !strings.Contains(err.Error(), "cloud-node-lifecycle") {
+		t.Errorf("unknown controller error must name it and list the known ones: %v", err)
+	}
+}
+
+func TestValidateIsOneClearLine(t *testing.T) {
+	o := NewOptions()
+	o.CloudProvider = "local"
+	if err := o.Validate(known); err != nil {
+		t.Fatalf("defaults with a provider must be valid: %v", err)
+	}
+	o.CloudProvider = ""
+	o.LeaderElectResourceLock = "configmaps"
+	o.RenewDeadline = 20 * time.Second
+	o.CertFile = "x.crt"
+	err := o.Validate(known)
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	msg := err.Error()
+	for _, want := range []string{"--cloud-provider is required", "--leader-elect-resource-lock=configmaps", "lease-duration > renew-deadline", "--tls-private-key-file"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error spans lines: %q", msg)
+	}
+}
