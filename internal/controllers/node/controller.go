@@ -69,18 +69,26 @@ func New(cfg Config) (*Controller, error) {
 		metrics: newMetrics(cfg.Metrics),
 	}
 	_, err := cfg.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueue(obj.(*corev1.Node)) },
-		UpdateFunc: func(_, obj any) { c.enqueue(obj.(*corev1.Node)) },
+		AddFunc: func(obj any) { c.enqueue(nil, obj.(*corev1.Node)) },
+		UpdateFunc: func(old, obj any) {
+			c.enqueue(old.(*corev1.Node), obj.(*corev1.Node))
+		},
 	})
 	return c, err
 }
 
-// enqueue filters: tainted nodes go to initialization, initialized nodes
-// with stale GA labels to the sync queue; everything else is ignored.
-func (c *Controller) enqueue(n *corev1.Node) {
+// enqueue filters: a tainted node goes to initialization when it appears or
+// when an input of the decision changed (not for our own status patch,
+// which would cost a second cloud call per node); an initialized node with
+// stale GA labels goes to the sync queue. Failed attempts are retried by
+// the queue itself.
+func (c *Controller) enqueue(old, n *corev1.Node) {
 	switch {
 	case HasUninitializedTaint(n):
-		c.init.Add(n.Name)
+		if old == nil || !HasUninitializedTaint(old) || old.Spec.ProviderID != n.Spec.ProviderID ||
+			old.Annotations[AnnotationProvidedNodeIP] != n.Annotations[AnnotationProvidedNodeIP] {
+			c.init.Add(n.Name)
+		}
 	case GALabelFixes(n) != nil:
 		c.sync.Add(n.Name)
 	}
@@ -155,7 +163,8 @@ func (c *Controller) initNode(ctx context.Context, name string) error {
 	}
 	c.metrics.inits.WithLabelValues("success").Inc()
 	c.metrics.initLatency.Observe(time.Since(node.CreationTimestamp.Time).Seconds())
-	c.cfg.Recorder.Event(node, corev1.EventTypeNormal, "Synced", "Node synced successfully")
+	// No Normal event per node (upstream's "Synced"): at thousands of nodes
+	// those events are a write each for nothing a metric does not show.
 	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone)
 	return nil
 }
