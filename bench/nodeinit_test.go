@@ -55,11 +55,15 @@ const unthrottled = 1e6
 // skips upstream at its defaults (1 worker, QPS 20: about 12 minutes at 5000).
 func BenchmarkNodeInitialization(b *testing.B) {
 	n := envInt("PORTSIDE_BENCH_NODES", 5000)
-	client := testenv.Client(b)
+	// The harness's own watch is protobuf too, to load the apiserver no more
+	// than the contenders' informers do.
+	cfg := testenv.Config(b)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	client := kubernetes.NewForConfigOrDie(cfg)
 	lc := localcloudtest.Start(b)
 	ctx := context.Background()
-	cfg := filepath.Join(b.TempDir(), "cloud.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
+	cloudCfg := filepath.Join(b.TempDir(), "cloud.yaml")
+	if err := os.WriteFile(cloudCfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	names := make([]string, n)
@@ -91,7 +95,7 @@ func BenchmarkNodeInitialization(b *testing.B) {
 		if c.Name == "upstream-defaults" && os.Getenv("PORTSIDE_BENCH_SKIP_SLOW") == "1" {
 			continue
 		}
-		c.Kubeconfig, c.CloudConfig = testenv.Kubeconfig(b), cfg
+		c.Kubeconfig, c.CloudConfig = testenv.Kubeconfig(b), cloudCfg
 		r := runContender(b, client, c, names)
 		results[c.Name] = r
 		b.Logf("%-18s %d nodes in %7.1fs  %.2f node writes/node  peak RSS %5.1f MB", c.Name, n, r.seconds, r.writesPerNode, r.peakRSSMB)

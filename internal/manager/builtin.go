@@ -5,6 +5,7 @@ import (
 
 	"github.com/portside-io/portside/internal/controllers/node"
 	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
+	"github.com/portside-io/portside/internal/controllers/service"
 )
 
 // DefaultControllers are the controllers Portside's CCM runs with
@@ -13,6 +14,7 @@ func DefaultControllers() []Controller {
 	return []Controller{
 		{Name: node.Name, Aliases: []string{node.Alias}, Start: startCloudNode},
 		{Name: nodelifecycle.Name, Aliases: []string{nodelifecycle.Alias}, Start: startCloudNodeLifecycle},
+		{Name: service.Name, Aliases: []string{service.Alias}, Start: startServiceLB},
 	}
 }
 
@@ -43,6 +45,23 @@ func startCloudNodeLifecycle(ctx context.Context, cc *ControllerContext) (string
 		Recorder: cc.Recorder("cloud-node-lifecycle-controller"), Period: cc.Options.NodeMonitorPeriod,
 		Workers: cc.Options.ConcurrentNodeSyncs, Metrics: cc.Metrics,
 	})
+	go c.Run(ctx)
+	return "", nil
+}
+
+func startServiceLB(ctx context.Context, cc *ControllerContext) (string, error) {
+	lbs, ok := cc.Cloud.LoadBalancers()
+	if !ok {
+		return "the cloud provider has no load balancers", nil
+	}
+	c, err := service.New(service.Config{
+		Client: cc.Client, Services: cc.Informers.Core().V1().Services(), Nodes: cc.Informers.Core().V1().Nodes(),
+		LoadBalancers: lbs, Recorder: cc.Recorder("service-controller"), ClusterName: cc.Options.ClusterName,
+		Class: cc.Options.LoadBalancerClass, Workers: cc.Options.ConcurrentServiceSyncs,
+	})
+	if err != nil {
+		return "", err
+	}
 	go c.Run(ctx)
 	return "", nil
 }

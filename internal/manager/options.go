@@ -31,7 +31,13 @@ type Options struct {
 
 	// ConcurrentNodeSyncs: upstream defaults to 1 worker; Portside to 16
 	// (cloud rate limits are honoured through retry-after, per node).
-	ConcurrentNodeSyncs       int
+	ConcurrentNodeSyncs int
+	// ConcurrentServiceSyncs: upstream defaults to 1; Portside to 16, so a
+	// node change reaches hundreds of load balancers in seconds.
+	ConcurrentServiceSyncs int
+	// LoadBalancerClass, when set, makes Portside serve only Services of
+	// that loadBalancerClass, to run beside another implementation.
+	LoadBalancerClass         string
 	NodeMonitorPeriod         time.Duration
 	NodeStatusUpdateFrequency time.Duration
 
@@ -59,6 +65,7 @@ func NewOptions() *Options {
 		KubeAPIQPS:                200,
 		KubeAPIBurst:              400,
 		ConcurrentNodeSyncs:       16,
+		ConcurrentServiceSyncs:    16,
 		NodeMonitorPeriod:         5 * time.Second,
 		NodeStatusUpdateFrequency: 5 * time.Minute,
 		LeaderElect:               true,
@@ -83,6 +90,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "client-side QPS limit to the apiserver (upstream: 20)")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "client-side burst to the apiserver (upstream: 30)")
 	fs.IntVar(&o.ConcurrentNodeSyncs, "concurrent-node-syncs", o.ConcurrentNodeSyncs, "nodes initialized at once (upstream: 1)")
+	fs.IntVar(&o.ConcurrentServiceSyncs, "concurrent-service-syncs", o.ConcurrentServiceSyncs, "Services synced at once (upstream: 1)")
+	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", o.LoadBalancerClass, "serve only Services of this spec.loadBalancerClass (default: Services without a class)")
 	fs.DurationVar(&o.NodeMonitorPeriod, "node-monitor-period", o.NodeMonitorPeriod, "how often the lifecycle controller checks not-ready nodes against the cloud")
 	fs.DurationVar(&o.NodeStatusUpdateFrequency, "node-status-update-frequency", o.NodeStatusUpdateFrequency, "how often node addresses are synced from the cloud")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run only while holding the leader Lease (for several replicas)")
@@ -108,8 +117,8 @@ func (o *Options) Validate(known []Controller) error {
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, "--kube-api-qps and --kube-api-burst must be positive")
 	}
-	if o.ConcurrentNodeSyncs < 1 {
-		errs = append(errs, "--concurrent-node-syncs must be at least 1")
+	if o.ConcurrentNodeSyncs < 1 || o.ConcurrentServiceSyncs < 1 {
+		errs = append(errs, "--concurrent-node-syncs and --concurrent-service-syncs must be at least 1")
 	}
 	if o.NodeMonitorPeriod <= 0 || o.NodeStatusUpdateFrequency <= 0 {
 		errs = append(errs, "--node-monitor-period and --node-status-update-frequency must be positive")

@@ -177,3 +177,20 @@ func SourceRanges(svc *corev1.Service) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// LoadBalancerRef identifies a load balancer a provider made for a Service.
+type LoadBalancerRef struct {
+	// Name is the cloud name (LoadBalancerSpec.Name).
+	Name string
+	// Service and UID are those of the Service it was made for.
+	Service types.NamespacedName
+	UID     types.UID
+}
+
+// LoadBalancerLister is optionally implemented by a provider's
+// LoadBalancers: listing the load balancers it made for a cluster lets
+// Portside delete those whose Service is gone (deleted while the CCM was
+// down, or its finalizer removed by hand), so none is ever leaked.
+type LoadBalancerLister interface {
+	ListLoadBalancers(ctx context.Context, cluster string) ([]LoadBalancerRef, error)
+}

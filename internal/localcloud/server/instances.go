@@ -112,6 +112,19 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 	name, zone := r.URL.Query().Get("name"), r.URL.Query().Get("zone")
 	var out []api.Instance
 	err := s.store.View(func(tx *store.Tx) error {
+		if name != "" {
+			// By name through the name index: one read, not a scan (nodes
+			// without a providerID are looked up this way, thousands at once).
+			id, ok, err := store.Get[string](tx, store.Meta, "instance-name/"+name)
+			if err != nil || !ok {
+				return err
+			}
+			inst, ok, err := store.Get[api.Instance](tx, store.Instances, id)
+			if ok && (zone == "" || inst.Zone == zone) {
+				out = append(out, inst)
+			}
+			return err
+		}
 		all, err := store.List[api.Instance](tx, store.Instances)
 		for _, i := range all {
 			if (name == "" || i.Name == name) && (zone == "" || i.Zone == zone) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -128,4 +130,24 @@ func status(lb *api.LoadBalancer) *corev1.LoadBalancerStatus {
 		st.Ingress = append(st.Ingress, ing)
 	}
 	return st
+}
+
+var _ cloud.LoadBalancerLister = (*loadBalancers)(nil)
+
+// ListLoadBalancers lists the cluster's load balancers with the Service
+// they were made for, from their tags.
+func (p *loadBalancers) ListLoadBalancers(ctx context.Context, cluster string) ([]cloud.LoadBalancerRef, error) {
+	list, err := p.c.ListLoadBalancers(ctx, cluster)
+	if err != nil {
+		return nil, sdkErr(err, "list load balancers")
+	}
+	out := make([]cloud.LoadBalancerRef, 0, len(list))
+	for _, lb := range list {
+		ref := cloud.LoadBalancerRef{Name: lb.Name, UID: types.UID(lb.Tags[TagServiceUID])}
+		if ns, name, ok := strings.Cut(lb.Tags[TagServiceName], "/"); ok {
+			ref.Service = types.NamespacedName{Namespace: ns, Name: name}
+		}
+		out = append(out, ref)
+	}
+	return out, nil
 }

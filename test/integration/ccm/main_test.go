@@ -31,7 +31,41 @@ type fixture struct {
 	cloud   *localcloudtest.Cloud
 	client  kubernetes.Interface
 	sim     *nodesim.Simulator
+	proxy   *nodesim.ProxyStandIn
 	metrics string // https address of /metrics
+	opts    *manager.Options
+
+	stopCCM func() // stops the running CCM and waits for it
+}
+
+// startCCM runs the CCM in-process and returns its /metrics address.
+func startCCM(t *testing.T, o *manager.Options) (string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := manager.Run(ctx, o, manager.DefaultControllers(), func(a string) { addr <- a }); err != nil {
+			fmt.Fprintln(os.Stderr, "ccm exited:", err)
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "https://" + a + "/metrics", func() { cancel(); <-done }
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("CCM did not start serving")
+		return "", nil
+	}
+}
+
+// restartCCM stops the CCM, runs between (the CCM is down), and starts it again.
+func (f *fixture) restartCCM(t *testing.T, between func()) {
+	t.Helper()
+	f.stopCCM()
+	between()
+	f.metrics, f.stopCCM = startCCM(t, f.opts)
 }
 
 var (
@@ -62,18 +96,10 @@ func env(t *testing.T) *fixture {
 		o.SecurePort, o.BindAddress = 0, "127.0.0.1"
 		o.NodeMonitorPeriod = 300 * time.Millisecond
 		o.NodeStatusUpdateFrequency = time.Second
-		addr := make(chan string, 1)
-		go func() {
-			if err := manager.Run(context.Background(), o, manager.DefaultControllers(), func(a string) { addr <- a }); err != nil {
-				fmt.Fprintln(os.Stderr, "ccm exited:", err)
-			}
-		}()
-		select {
-		case a := <-addr:
-			fix = &fixture{cloud: lc, client: client, sim: nodesim.New(client, 8), metrics: "https://" + a + "/metrics"}
-		case <-time.After(30 * time.Second):
-			t.Fatal("CCM did not start serving")
-		}
+		metrics, stop := startCCM(t, o)
+		proxy := nodesim.NewProxyStandIn(client)
+		go proxy.Run(context.Background())
+		fix = &fixture{cloud: lc, client: client, sim: nodesim.New(client, 8), proxy: proxy, metrics: metrics, opts: o, stopCCM: stop}
 	})
 	if fix == nil {
 		t.Fatal("fixture failed to start")

@@ -1,0 +1,261 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// sync brings one Service's load balancer to what the Service wants.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, name := splitKey(key)
+	svc, err := c.services.Services(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.serviceGone(ctx, key)
+	}
+	if err != nil {
+		return err
+	}
+	if NeedsCleanup(svc, c.cfg.Class) {
+		return c.cleanup(ctx, key, svc)
+	}
+	if !WantsLoadBalancer(svc, c.cfg.Class) {
+		return nil
+	}
+	return c.ensure(ctx, key, svc)
+}
+
+// serviceGone deletes the load balancer of a Service deleted without our
+// finalizer running (e.g. removed by hand); the orphan collector covers the
+// case where this CCM never saw the Service.
+func (c *Controller) serviceGone(ctx context.Context, key string) error {
+	c.mu.Lock()
+	st, ok := c.state[key]
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, st.spec); err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
+		return err
+	}
+	c.forget(key)
+	klog.FromContext(ctx).Info("Deleted the load balancer of a deleted Service", "service", key, "loadBalancer", st.spec.Name)
+	return nil
+}
+
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	delete(c.state, key)
+	c.mu.Unlock()
+}
+
+// cleanup deletes the load balancer, clears the status and removes the finalizer.
+func (c *Controller) cleanup(ctx context.Context, key string, svc *corev1.Service) error {
+	spec := identitySpec(c.cfg.ClusterName, svc)
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletingLoadBalancer", "Deleting load balancer")
+	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "Error deleting load balancer: %v", err)
+		return err
+	}
+	c.forget(key)
+	if len(svc.Status.LoadBalancer.Ingress) > 0 {
+		if err := c.patchStatus(ctx, svc, &corev1.LoadBalancerStatus{}, nil); err != nil {
+			return err
+		}
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == FinalizerCleanup })
+	if err := c.patchFinalizers(ctx, svc, finalizers); err != nil {
+		return err
+	}
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "Deleted load balancer")
+	return nil
+}
+
+// identitySpec is enough of a spec to find and delete a load balancer,
+// for Services that are no longer valid LoadBalancer Services.
+func identitySpec(cluster string, svc *corev1.Service) *cloud.LoadBalancerSpec {
+	if spec, err := cloud.SpecFromService(cluster, svc); err == nil {
+		return spec
+	}
+	return &cloud.LoadBalancerSpec{Cluster: cluster, Name: cloud.LoadBalancerName(svc.UID),
+		Service: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, UID: svc.UID, Object: svc}
+}
+
+// ensure creates or updates the load balancer: nothing when neither the
+// Service nor the host set changed since the last sync, only the hosts
+// when only they changed, a full ensure otherwise.
+func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service) error {
+	spec, err := cloud.SpecFromService(c.cfg.ClusterName, svc)
+	if err != nil {
+		return c.failTerminal(ctx, svc, "InvalidService", err.Error())
+	}
+	if why := Unsupported(spec, c.features); why != "" {
+		return c.failTerminal(ctx, svc, "UnsupportedService", why)
+	}
+	hosts, hostsHash := c.currentHosts()
+	specHash := SpecHash(spec)
+	c.mu.Lock()
+	prev, had := c.state[key]
+	c.mu.Unlock()
+	if had && prev.spec.UID == spec.UID && prev.specHash == specHash && prev.hostsHash == hostsHash {
+		return nil // the cloud already has exactly this
+	}
+	if !HasFinalizer(svc) {
+		if err := c.patchFinalizers(ctx, svc, append(slices.Clone(svc.Finalizers), FinalizerCleanup)); err != nil {
+			return err
+		}
+	}
+	if len(hosts) == 0 {
+		c.cfg.Recorder.Event(svc, corev1.EventTypeWarning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer")
+	}
+	if had && prev.spec.UID == spec.UID && prev.specHash == specHash {
+		if err := c.cfg.LoadBalancers.UpdateLoadBalancerHosts(ctx, spec, hosts); err != nil {
+			if errors.Is(err, cloud.ErrImplementedElsewhere) {
+				return nil
+			}
+			c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "UpdateLoadBalancerFailed", "Error updating load balancer with new hosts %d: %v", len(hosts), err)
+			return err
+		}
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeNormal, "UpdatedLoadBalancer", "Updated load balancer with new hosts (%d)", len(hosts))
+		c.remember(key, spec, specHash, hostsHash)
+		return nil
+	}
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "EnsuringLoadBalancer", "Ensuring load balancer")
+	status, err := c.cfg.LoadBalancers.EnsureLoadBalancer(ctx, spec, hosts)
+	if err != nil {
+		if errors.Is(err, cloud.ErrImplementedElsewhere) {
+			return nil
+		}
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "Error syncing load balancer: %v", err)
+		if _, retry := cloud.IsRetryAfter(err); !retry {
+			_ = c.patchStatus(ctx, svc, nil, &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionFalse,
+				Reason: "CloudError", Message: truncate(err.Error())})
+		}
+		return err
+	}
+	cond := &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "The load balancer serves the Service"}
+	if err := c.patchStatus(ctx, svc, status, cond); err != nil {
+		return err
+	}
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "Ensured load balancer")
+	c.remember(key, spec, specHash, hostsHash)
+	return nil
+}
+
+func (c *Controller) remember(key string, spec *cloud.LoadBalancerSpec, specHash, hostsHash string) {
+	c.mu.Lock()
+	c.state[key] = synced{spec: spec, specHash: specHash, hostsHash: hostsHash}
+	c.mu.Unlock()
+}
+
+// failTerminal reports a Service that cannot get a load balancer until it
+// is changed: an event and the condition, and no retry (a change to the
+// Service queues it again).
+func (c *Controller) failTerminal(ctx context.Context, svc *corev1.Service, reason, msg string) error {
+	c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%s: %s", reason, msg)
+	return c.patchStatus(ctx, svc, nil, &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg)})
+}
+
+func truncate(s string) string {
+	if len(s) > 1000 {
+		return s[:1000]
+	}
+	return s
+}
+
+// patchStatus writes the load-balancer status and/or the condition, only
+// when they differ from the Service's.
+func (c *Controller) patchStatus(ctx context.Context, svc *corev1.Service, lb *corev1.LoadBalancerStatus, cond *metav1.Condition) error {
+	st := map[string]any{}
+	if lb != nil && !statusEqual(&svc.Status.LoadBalancer, lb) {
+		st["loadBalancer"] = lb
+	}
+	if cond != nil {
+		conds := slices.Clone(svc.Status.Conditions)
+		cur := meta.FindStatusCondition(conds, cond.Type)
+		if cur == nil || cur.Status != cond.Status || cur.Reason != cond.Reason || cur.Message != cond.Message {
+			cond.ObservedGeneration = svc.Generation
+			meta.SetStatusCondition(&conds, *cond)
+			st["conditions"] = conds
+		}
+	}
+	if len(st) == 0 {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"status": st})
+	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
+}
+
+// patchFinalizers replaces the finalizer list, guarded by resourceVersion.
+func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, finalizers []string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": svc.ResourceVersion}})
+	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patch finalizers: %w", err)
+	}
+	return nil
+}
+
+// collectOrphans deletes, every OrphanPeriod, cloud load balancers of this
+// cluster whose Service is gone or no longer wants them. A load balancer is
+// only deleted after a live read confirms its Service does not want it.
+func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalancerLister) {
+	logger := klog.FromContext(ctx)
+	for {
+		refs, err := lister.ListLoadBalancers(ctx, c.cfg.ClusterName)
+		if err != nil {
+			logger.Error(err, "Listing load balancers for orphan collection")
+		}
+		for _, ref := range refs {
+			if c.wanted(ctx, ref) {
+				continue
+			}
+			spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, Name: ref.Name, Service: ref.Service, UID: ref.UID}
+			if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
+				logger.Error(err, "Deleting orphaned load balancer", "loadBalancer", ref.Name, "service", ref.Service)
+				continue
+			}
+			logger.Info("Deleted orphaned load balancer", "loadBalancer", ref.Name, "service", ref.Service, "uid", ref.UID)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.cfg.OrphanPeriod):
+		}
+	}
+}
+
+// wanted reports whether a load balancer's Service still wants it; any
+// doubt (an API error) keeps the load balancer.
+func (c *Controller) wanted(ctx context.Context, ref cloud.LoadBalancerRef) bool {
+	if ref.Service.Name == "" {
+		return true // not made by a Service controller: not ours to judge
+	}
+	svc, err := c.cfg.Client.CoreV1().Services(ref.Service.Namespace).Get(ctx, ref.Service.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	return svc.UID == ref.UID && (WantsLoadBalancer(svc, c.cfg.Class) || HasFinalizer(svc))
+}

@@ -1,0 +1,301 @@
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+const finalizer = "service.kubernetes.io/load-balancer-cleanup"
+
+// node creates an instance and a simulated node (with kube-proxy stand-in)
+// and waits until the node is initialized.
+func (f *fixture) node(t *testing.T, name string) {
+	t.Helper()
+	inst := f.instance(t, api.CreateInstanceRequest{Name: name, Zone: "zone-a"})
+	f.register(t, nodesim.NodeSpec{Name: name})
+	f.proxy.AddNode(name, netip.MustParseAddr(inst.Addresses[0].Address))
+	f.waitNode(t, name, 20*time.Second, "initialization", initialized)
+}
+
+func (f *fixture) removeNode(t *testing.T, name string) {
+	t.Helper()
+	f.proxy.RemoveNode(name)
+	if err := f.sim.Delete(context.Background(), []string{name}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lbSvc(name string, mut func(*corev1.Service)) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}},
+	}
+	if mut != nil {
+		mut(svc)
+	}
+	return svc
+}
+
+func (f *fixture) createSvc(t *testing.T, svc *corev1.Service) *corev1.Service {
+	t.Helper()
+	created, err := f.client.CoreV1().Services(svc.Namespace).Create(context.Background(), svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func (f *fixture) waitSvc(t *testing.T, name string, timeout time.Duration, what string, cond func(*corev1.Service) bool) *corev1.Service {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		svc, err := f.client.CoreV1().Services("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && cond(svc) {
+			return svc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s: timed out waiting for %s; last: %+v %v", name, what, svc, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func hasIngress(svc *corev1.Service) bool { return len(svc.Status.LoadBalancer.Ingress) > 0 }
+
+// get sends an HTTP request to the VIP and returns the node that answered.
+func get(vip string, port int32) (string, error) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(fmt.Sprintf("http://%s/", net.JoinHostPort(vip, fmt.Sprint(port))))
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Header.Get("X-Node"), nil
+}
+
+// answering collects which nodes answer n requests through the VIP.
+func answering(vip string, port int32, n int) map[string]int {
+	seen := map[string]int{}
+	for range n {
+		if node, err := get(vip, port); err == nil {
+			seen[node]++
+		}
+	}
+	return seen
+}
+
+// eventually retries cond for up to timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last: %s", what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestLoadBalancerServiceServesTrafficAndFollowsNodes(t *testing.T) {
+	f := env(t)
+	f.node(t, "svc-a")
+	f.node(t, "svc-b")
+	f.createSvc(t, lbSvc("web", nil))
+	svc := f.waitSvc(t, "web", 20*time.Second, "ingress", hasIngress)
+	ing := svc.Status.LoadBalancer.Ingress[0]
+	if !f.cloud.VIPPool.Contains(netip.MustParseAddr(ing.IP)) || ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeVIP {
+		t.Fatalf("ingress = %+v", ing)
+	}
+	if !HasFinalizerOn(svc) {
+		t.Fatalf("finalizer missing: %v", svc.Finalizers)
+	}
+	if c := meta.FindStatusCondition(svc.Status.Conditions, "LoadBalancerReady"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("condition = %+v", c)
+	}
+	eventually(t, 10*time.Second, "both nodes answer through the VIP", func() (bool, string) {
+		seen := answering(ing.IP, 8080, 12)
+		return seen["svc-a"] > 0 && seen["svc-b"] > 0, fmt.Sprint(seen)
+	})
+
+	// A node joins: it gets traffic. A node leaves: it gets none.
+	f.node(t, "svc-c")
+	eventually(t, 10*time.Second, "the new node answers", func() (bool, string) {
+		seen := answering(ing.IP, 8080, 12)
+		return seen["svc-c"] > 0, fmt.Sprint(seen)
+	})
+	f.removeNode(t, "svc-b")
+	eventually(t, 10*time.Second, "the removed node gets no traffic", func() (bool, string) {
+		seen := answering(ing.IP, 8080, 12)
+		return seen["svc-b"] == 0 && seen["svc-a"] > 0 && seen["svc-c"] > 0, fmt.Sprint(seen)
+	})
+	lb, err := f.cloud.Client.GetLoadBalancer(context.Background(), cloud.LoadBalancerName(svc.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range lb.Backends {
+		if b.Name == "svc-b" {
+			t.Fatalf("svc-b still a backend: %+v", lb.Backends)
+		}
+	}
+
+	// Deleted: the load balancer goes, then the finalizer, then the Service.
+	if err := f.client.CoreV1().Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the Service is gone", func() (bool, string) {
+		_, err := f.client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if _, err := f.cloud.Client.GetLoadBalancer(context.Background(), lb.Name); err == nil {
+		t.Fatal("load balancer leaked")
+	}
+	if _, err := get(ing.IP, 8080); err == nil {
+		t.Fatal("VIP still serves")
+	}
+}
+
+func HasFinalizerOn(svc *corev1.Service) bool {
+	for _, f := range svc.Finalizers {
+		if f == finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func TestExternalTrafficPolicyLocal(t *testing.T) {
+	f := env(t)
+	f.node(t, "etp-a")
+	f.node(t, "etp-b")
+	f.createSvc(t, lbSvc("local", func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.Annotations = map[string]string{nodesim.AnnotationEndpointsOn: "etp-b"}
+	}))
+	svc := f.waitSvc(t, "local", 20*time.Second, "ingress", hasIngress)
+	if svc.Spec.HealthCheckNodePort == 0 {
+		t.Fatal("no healthCheckNodePort allocated")
+	}
+	vip := svc.Status.LoadBalancer.Ingress[0].IP
+	eventually(t, 10*time.Second, "only the node with local endpoints answers", func() (bool, string) {
+		seen := answering(vip, 8080, 12)
+		return len(seen) == 1 && seen["etp-b"] == 12, fmt.Sprint(seen)
+	})
+	_ = f.client.CoreV1().Services("default").Delete(context.Background(), "local", metav1.DeleteOptions{})
+}
+
+// TestServiceThatCannotGetALoadBalancer: an unsupported protocol gets an
+// event and the condition (the apiserver itself rejects malformed source
+// ranges), and fixing the Service gets it a load balancer.
+func TestServiceThatCannotGetALoadBalancer(t *testing.T) {
+	f := env(t)
+	f.createSvc(t, lbSvc("sctp", func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolSCTP }))
+	svc := f.waitSvc(t, "sctp", 20*time.Second, "condition False", func(s *corev1.Service) bool {
+		c := meta.FindStatusCondition(s.Status.Conditions, "LoadBalancerReady")
+		return c != nil && c.Status == metav1.ConditionFalse
+	})
+	c := meta.FindStatusCondition(svc.Status.Conditions, "LoadBalancerReady")
+	if c.Reason != "UnsupportedService" || !strings.Contains(c.Message, "SCTP") {
+		t.Errorf("condition = %+v", c)
+	}
+	if ev := f.events(t, "sctp"); !strings.Contains(ev["SyncLoadBalancerFailed"], "SCTP") {
+		t.Errorf("event %q lacks SCTP", ev["SyncLoadBalancerFailed"])
+	}
+	if hasIngress(svc) || HasFinalizerOn(svc) {
+		t.Errorf("an unsupported Service got an ingress or a finalizer: %+v", svc)
+	}
+	svc.Spec.Ports[0].Protocol = corev1.ProtocolTCP
+	if _, err := f.client.CoreV1().Services("default").Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc = f.waitSvc(t, "sctp", 20*time.Second, "ingress after the fix", hasIngress)
+	if c := meta.FindStatusCondition(svc.Status.Conditions, "LoadBalancerReady"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("condition after the fix = %+v", c)
+	}
+	_ = f.client.CoreV1().Services("default").Delete(context.Background(), "sctp", metav1.DeleteOptions{})
+}
+
+func TestCloudThrottlingAndErrorsConverge(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	if err := f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{
+		{Method: "PUT", PathPrefix: "/v1/load-balancers", ThrottleRate: 1, RetryAfterSeconds: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	f.createSvc(t, lbSvc("flaky", nil))
+	time.Sleep(2 * time.Second)
+	if svc, _ := f.client.CoreV1().Services("default").Get(ctx, "flaky", metav1.GetOptions{}); hasIngress(svc) {
+		t.Fatal("got an ingress while the cloud throttled every call")
+	}
+	_ = f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "PUT", PathPrefix: "/v1/load-balancers", ErrorRate: 1}}})
+	time.Sleep(2 * time.Second)
+	_ = f.cloud.Client.SetFaults(ctx, api.Faults{})
+	f.waitSvc(t, "flaky", 60*time.Second, "ingress once the cloud recovers", hasIngress)
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "flaky", metav1.DeleteOptions{})
+}
+
+// TestRestartConvergesWithoutLeaks: while the CCM is down a Service is
+// deleted (its finalizer holds it), another has its finalizer removed by
+// hand and is deleted, and a new one is created. After the restart the
+// first two load balancers are gone and the new Service has one.
+func TestRestartConvergesWithoutLeaks(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	f.createSvc(t, lbSvc("r-held", nil))
+	f.createSvc(t, lbSvc("r-orphan", nil))
+	held := f.waitSvc(t, "r-held", 20*time.Second, "ingress", hasIngress)
+	orphan := f.waitSvc(t, "r-orphan", 20*time.Second, "ingress", hasIngress)
+	f.restartCCM(t, func() {
+		if err := f.client.CoreV1().Services("default").Delete(ctx, "r-held", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := f.client.CoreV1().Services("default").Patch(ctx, "r-orphan", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client.CoreV1().Services("default").Delete(ctx, "r-orphan", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.createSvc(t, lbSvc("r-new", nil))
+	})
+	f.waitSvc(t, "r-new", 20*time.Second, "ingress after restart", hasIngress)
+	for _, uid := range []types.UID{held.UID, orphan.UID} {
+		eventually(t, 20*time.Second, "load balancer of a deleted Service collected", func() (bool, string) {
+			_, err := f.cloud.Client.GetLoadBalancer(ctx, cloud.LoadBalancerName(uid))
+			return err != nil && strings.Contains(err.Error(), "404"), fmt.Sprint(err)
+		})
+	}
+	eventually(t, 10*time.Second, "the held Service released", func() (bool, string) {
+		_, err := f.client.CoreV1().Services("default").Get(ctx, "r-held", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	// Nothing else was deleted: the live Service keeps its load balancer.
+	live := f.waitSvc(t, "r-new", time.Second, "still there", hasIngress)
+	if _, err := f.cloud.Client.GetLoadBalancer(ctx, cloud.LoadBalancerName(live.UID)); err != nil {
+		t.Fatalf("live Service lost its load balancer: %v", err)
+	}
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "r-new", metav1.DeleteOptions{})
+}
