@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
+	servicecontroller "k8s.io/cloud-provider/controllers/service"
+	"k8s.io/component-base/featuregate"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 
 	"github.com/portside-io/portside/internal/manager"
@@ -27,13 +29,15 @@ const childEnv = "PORTSIDE_BENCH_CHILD"
 
 // contender is one controller configuration under test.
 type contender struct {
-	Name        string  `json:"name"`
-	Upstream    bool    `json:"upstream"`
-	Workers     int     `json:"workers"`
-	QPS         float32 `json:"qps"`
-	Burst       int     `json:"burst"`
-	Kubeconfig  string  `json:"kubeconfig"`
-	CloudConfig string  `json:"cloudConfig"`
+	Name     string  `json:"name"`
+	Upstream bool    `json:"upstream"`
+	Workers  int     `json:"workers"`
+	QPS      float32 `json:"qps"`
+	Burst    int     `json:"burst"`
+	// Controller is "node" (cloud node controller) or "service".
+	Controller  string `json:"controller"`
+	Kubeconfig  string `json:"kubeconfig"`
+	CloudConfig string `json:"cloudConfig"`
 }
 
 // runChild runs a contender until SIGTERM; returns the exit code.
@@ -52,6 +56,10 @@ func runChild(spec string) int {
 		o := manager.NewOptions()
 		o.CloudProvider, o.CloudConfig, o.Kubeconfig = "local", c.CloudConfig, c.Kubeconfig
 		o.Controllers = []string{"cloud-node"}
+		if c.Controller == "service" {
+			o.Controllers = []string{"service"}
+			o.ConcurrentServiceSyncs = c.Workers
+		}
 		o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
 		o.ConcurrentNodeSyncs, o.KubeAPIQPS, o.KubeAPIBurst = c.Workers, c.QPS, c.Burst
 		err = manager.Run(ctx, o, manager.DefaultControllers(), nil)
@@ -82,12 +90,23 @@ func runUpstream(ctx context.Context, c contender) error {
 		return err
 	}
 	factory := informers.NewSharedInformerFactory(client, 12*time.Hour)
+	metrics := controllersmetrics.NewControllerManagerMetrics("bench")
+	if c.Controller == "service" {
+		sc, err := servicecontroller.New(upstream.ToUpstream(p), client, factory.Core().V1().Services(), factory.Core().V1().Nodes(),
+			"kubernetes", featuregate.NewFeatureGate())
+		if err != nil {
+			return err
+		}
+		factory.Start(ctx.Done())
+		sc.Run(ctx, c.Workers, metrics)
+		return nil
+	}
 	nc, err := nodecontroller.NewCloudNodeController(factory.Core().V1().Nodes(), client, upstream.ToUpstream(p),
 		5*time.Minute, int32(c.Workers), int32(c.Workers))
 	if err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
-	nc.RunWithContext(ctx, controllersmetrics.NewControllerManagerMetrics("bench"))
+	nc.RunWithContext(ctx, metrics)
 	return nil
 }

@@ -133,7 +133,7 @@ func healthCheckKey(cfg Config) checkSpec {
 // runHealthChecks probes be until it is removed; Fall failures in a row
 // take it out of rotation, Rise successes bring it back.
 func (b *balancer) runHealthChecks(be *backend) {
-	if be.check.kind == "none" {
+	if be.check.kind == "none" || b.opts.NoHealthChecks {
 		return
 	}
 	client := &http.Client{Timeout: b.opts.HealthTimeout, Transport: &http.Transport{DisableKeepAlives: true}}

@@ -34,6 +34,9 @@ type Options struct {
 	UDPIdleTimeout time.Duration
 	// DialTimeout to a backend (default 2s).
 	DialTimeout time.Duration
+	// NoHealthChecks treats every backend as healthy and runs no checks:
+	// for control-plane benchmarks with hundreds of thousands of backends.
+	NoHealthChecks bool
 }
 
 func (o *Options) defaults() {

@@ -43,17 +43,21 @@ func Start(t testing.TB) *Cloud {
 // StartDetached runs a cloud with its state in dir until stop is called,
 // for fixtures shared by a whole test package.
 func StartDetached(dir string) (c *Cloud, stop func(), err error) {
-	// 127.<o>.0.0/16: VIPs in one random /24 of the lower half, nodes in
-	// the upper half (32k addresses, enough for 5,000-node benchmarks).
+	return StartWith(dir, dataplane.Options{HealthInterval: 100 * time.Millisecond, HealthTimeout: 300 * time.Millisecond, DrainTimeout: time.Second})
+}
+
+// StartWith is StartDetached with data-plane options of the caller's.
+func StartWith(dir string, dp dataplane.Options) (c *Cloud, stop func(), err error) {
+	// 127.<o>.0.0/16: VIPs in one random /20 of the lower half (4k, enough
+	// for 1,000-Service benchmarks), nodes in the upper half (32k).
 	octet := 10 + rand.IntN(240)
 	c = &Cloud{
 		Token:    fmt.Sprintf("test-%d", rand.Int64()),
-		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/24", octet, rand.IntN(128))),
+		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/20", octet, rand.IntN(8)*16)),
 		NodePool: netip.MustParsePrefix(fmt.Sprintf("127.%d.128.0/17", octet)),
 	}
 	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{
-		Token: c.Token, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool,
-		DataPlane: dataplane.Options{HealthInterval: 100 * time.Millisecond, HealthTimeout: 300 * time.Millisecond, DrainTimeout: time.Second},
+		Token: c.Token, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool, DataPlane: dp,
 	})
 	if err != nil {
 		return nil, nil, err

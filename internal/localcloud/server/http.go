@@ -200,3 +200,30 @@ func (s *Server) putFaults(w http.ResponseWriter, r *http.Request) {
 	klog.FromContext(r.Context()).Info("Fault rules set", "rules", len(f.Rules))
 	respond(w, r, http.StatusOK, f, nil)
 }
+
+// countCalls counts authenticated API calls by method and resource, for
+// benchmarks that compare how many cloud calls controllers make.
+func (s *Server) countCalls(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/v1/"), "/", 3)
+		key := r.Method + " /v1/" + parts[0]
+		if len(parts) == 3 {
+			key += "/*/" + parts[2]
+		}
+		s.callsMu.Lock()
+		s.calls[key]++
+		s.callsMu.Unlock()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Calls returns the API calls served so far, by "METHOD /v1/resource[/*/sub]".
+func (s *Server) Calls() map[string]int64 {
+	s.callsMu.Lock()
+	defer s.callsMu.Unlock()
+	out := make(map[string]int64, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}

@@ -293,3 +293,19 @@ func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
 	}
 	respond(w, r, 0, nil, err)
 }
+
+// BackendCounts returns, for each load balancer of cluster, its number of
+// backends: a cheap probe for benchmarks waiting on host-set propagation.
+func (s *Server) BackendCounts(cluster string) (map[string]int, error) {
+	out := map[string]int{}
+	err := s.store.View(func(tx *store.Tx) error {
+		all, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		for _, lb := range all {
+			if lb.Cluster == cluster {
+				out[lb.Name] = len(lb.Backends)
+			}
+		}
+		return err
+	})
+	return out, err
+}

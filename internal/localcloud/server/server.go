@@ -76,6 +76,9 @@ type Server struct {
 
 	faultsMu sync.RWMutex
 	faults   api.Faults
+
+	callsMu sync.Mutex
+	calls   map[string]int64 // "METHOD /v1/<resource>" → count
 }
 
 // New opens the state in statePath, restores every load balancer into the
@@ -89,7 +92,7 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane)}
+	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{}}
 	if err := s.loadSecret(); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -179,6 +182,6 @@ func (s *Server) Handler() http.Handler {
 	v1.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
 	})
-	mux.Handle("/v1/", s.recoverPanics(s.authenticate(s.injectFaults(v1))))
+	mux.Handle("/v1/", s.recoverPanics(s.authenticate(s.countCalls(s.injectFaults(v1)))))
 	return mux
 }
