@@ -57,8 +57,9 @@ func New(client kubernetes.Interface, concurrency int) *Simulator {
 	return &Simulator{client: client, concurrency: max(1, concurrency), nodes: map[string]bool{}}
 }
 
-// Register creates the nodes as kubelets do: the Node (tainted, annotated),
-// then its status, then its Lease. Nodes that exist already are left as they are.
+// Register creates the nodes as kubelets do: the Node with its status
+// (tainted, annotated, addresses, Ready), then its Lease. Nodes that exist
+// already are left as they are.
 func (s *Simulator) Register(ctx context.Context, specs []NodeSpec) error {
 	return s.parallel(ctx, len(specs), func(ctx context.Context, i int) error {
 		return s.register(ctx, specs[i])
@@ -81,6 +82,7 @@ func (s *Simulator) register(ctx context.Context, spec NodeSpec) error {
 	if len(spec.NodeIPs) > 0 {
 		node.Annotations = map[string]string{AnnotationProvidedNodeIP: strings.Join(spec.NodeIPs, ",")}
 	}
+	node.Status = nodeStatus(spec)
 	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		s.track(spec.Name)
@@ -88,9 +90,6 @@ func (s *Simulator) register(ctx context.Context, spec NodeSpec) error {
 	}
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", spec.Name, err)
-	}
-	if err := s.patchStatus(ctx, created.Name, spec); err != nil {
-		return err
 	}
 	if err := s.renewLease(ctx, created); err != nil {
 		return err
@@ -105,28 +104,23 @@ func (s *Simulator) track(name string) {
 	s.mu.Unlock()
 }
 
-func (s *Simulator) patchStatus(ctx context.Context, name string, spec NodeSpec) error {
+// nodeStatus is the status a kubelet registers with.
+func nodeStatus(spec NodeSpec) corev1.NodeStatus {
 	addrs := []corev1.NodeAddress{}
 	for _, ip := range spec.NodeIPs {
 		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
-	addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
-	now := metav1.Now()
+	addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: spec.Name})
 	status := corev1.NodeStatus{
 		Addresses: addrs,
 		Capacity: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110"),
 		},
-		Conditions: []corev1.NodeCondition{readyCondition(!spec.NotReady, now)},
+		Conditions: []corev1.NodeCondition{readyCondition(!spec.NotReady, metav1.Now())},
 		NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64"},
 	}
 	status.Allocatable = status.Capacity
-	patch, _ := json.Marshal(map[string]any{"status": status})
-	_, err := s.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return fmt.Errorf("node %s status: %w", name, err)
-	}
-	return nil
+	return status
 }
 
 func readyCondition(ready bool, now metav1.Time) corev1.NodeCondition {
