@@ -41,7 +41,7 @@ demo: tools build ## Run the local environment (portside up); Ctrl-C stops it
 
 .PHONY: bench
 bench: tools ## Run the benchmarks
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=1 ./...
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=1 -timeout 150m ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck (pinned)

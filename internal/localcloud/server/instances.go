@@ -72,6 +72,7 @@ func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, erro
 	inst := &api.Instance{Name: req.Name, Zone: req.Zone, Region: region, Type: req.Type, State: api.InstanceRunning,
 		Labels: req.Labels, CreatedAt: time.Now().UTC()}
 	err = s.store.Update(func(tx *store.Tx) error {
+		inst.Addresses = nil // the function may run again (group commit)
 		if tx.Exists(store.Meta, "instance-name/"+req.Name) {
 			return conflict("an instance named %q already exists", req.Name)
 		}
