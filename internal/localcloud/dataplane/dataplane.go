@@ -6,7 +6,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -145,9 +144,6 @@ func (b *balancer) health() api.LoadBalancerHealth {
 	sort.Slice(h.Backends, func(i, j int) bool { return h.Backends[i].Address < h.Backends[j].Address })
 	return h
 }
-
-// errNoBackend is returned when no healthy backend can take a connection.
-var errNoBackend = errors.New("no healthy backend")
 
 func listenerKey(proto string, vip netip.Addr, port int) string {
 	return fmt.Sprintf("%s/%s", proto, netip.AddrPortFrom(vip, uint16(port)))

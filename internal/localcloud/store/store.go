@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Kinds (bucket names).
@@ -36,7 +37,7 @@ type Store struct{ db *bolt.DB }
 // may hold it.
 func Open(path string) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("state file %s is locked by another running local cloud: stop it or use another --data-dir", path)
 	}
 	if err != nil {
