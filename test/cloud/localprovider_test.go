@@ -3,7 +3,6 @@
 package cloud
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/nettest"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,45 +118,6 @@ func TestLocalProviderInstances(t *testing.T) {
 	}
 }
 
-// nodePortServer answers each line with name, on the node's address and a port.
-func nodePortServer(t *testing.T, name, ip string, port int) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
-					_, _ = fmt.Fprintln(c, name)
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func request(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := fmt.Fprintln(c, "GET"); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
 // twoNodes creates two instances with NodePort listeners and returns their
 // Kubernetes Nodes and the NodePort.
 func twoNodes(t *testing.T, lc *localcloudtest.Cloud) ([]*corev1.Node, int) {
@@ -168,7 +130,7 @@ func twoNodes(t *testing.T, lc *localcloudtest.Cloud) ([]*corev1.Node, int) {
 			t.Fatal(err)
 		}
 		ip := inst.Addresses[0].Address
-		port = nodePortServer(t, name, ip, port)
+		port = nettest.NameServer(t, name, net.JoinHostPort(ip, fmt.Sprint(port))).Addr().(*net.TCPAddr).Port
 		nodes = append(nodes, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       corev1.NodeSpec{ProviderID: "local://" + inst.ID},
@@ -207,7 +169,7 @@ func TestLocalProviderLoadBalancerCarriesTraffic(t *testing.T) {
 	vip := net.JoinHostPort(st.Ingress[0].IP, "8080")
 	seen := map[string]bool{}
 	for range 10 {
-		name, err := request(vip)
+		name, err := nettest.AskName(vip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +182,7 @@ func TestLocalProviderLoadBalancerCarriesTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if name, err := request(vip); err != nil || name != "node-b" {
+		if name, err := nettest.AskName(vip); err != nil || name != "node-b" {
 			t.Fatalf("after removing node-a: %q %v", name, err)
 		}
 	}
@@ -241,7 +203,7 @@ func TestLocalProviderLoadBalancerCarriesTraffic(t *testing.T) {
 	if _, exists, err := lbs.GetLoadBalancer(ctx, spec); exists || err != nil {
 		t.Fatalf("after delete: %v %v", exists, err)
 	}
-	if _, err := request(vip); err == nil {
+	if _, err := nettest.AskName(vip); err == nil {
 		t.Fatal("VIP still serves after delete")
 	}
 }

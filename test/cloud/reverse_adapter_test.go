@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/portside-io/portside/internal/nettest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudprovider "k8s.io/cloud-provider"
@@ -64,13 +66,13 @@ func TestReverseAdapterServesUpstreamInterfaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name, err := request(net.JoinHostPort(st.Ingress[0].IP, "8080")); err != nil || (name != "node-a" && name != "node-b") {
+	if name, err := nettest.AskName(net.JoinHostPort(st.Ingress[0].IP, "8080")); err != nil || (name != "node-a" && name != "node-b") {
 		t.Fatalf("traffic through the VIP: %q %v", name, err)
 	}
 	if err := lb.UpdateLoadBalancer(ctx, "c1", svc, nodes[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if name, err := request(net.JoinHostPort(st.Ingress[0].IP, "8080")); err != nil || name != "node-a" {
+	if name, err := nettest.AskName(net.JoinHostPort(st.Ingress[0].IP, "8080")); err != nil || name != "node-a" {
 		t.Fatalf("after update: %q %v", name, err)
 	}
 	// Throttling reaches upstream as its RetryError.

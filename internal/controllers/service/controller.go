@@ -8,6 +8,8 @@ package service
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,40 +122,16 @@ func (c *Controller) onService(old, svc *corev1.Service) {
 }
 
 func equalMeta(a, b *corev1.Service) bool {
-	return a.DeletionTimestamp.Equal(b.DeletionTimestamp) && mapsEqual(a.Annotations, b.Annotations) &&
+	return a.DeletionTimestamp.Equal(b.DeletionTimestamp) && maps.Equal(a.Annotations, b.Annotations) &&
 		len(a.Finalizers) == len(b.Finalizers) && a.UID == b.UID
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }
 
 // onNodeUpdate filters node updates to those that change the host set.
 func (c *Controller) onNodeUpdate(old, n *corev1.Node) {
 	if EligibleNode(old) != EligibleNode(n) || old.Spec.ProviderID != n.Spec.ProviderID ||
-		!addressesEqual(old.Status.Addresses, n.Status.Addresses) {
+		!slices.Equal(old.Status.Addresses, n.Status.Addresses) {
 		c.onNodes()
 	}
-}
-
-func addressesEqual(a, b []corev1.NodeAddress) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // onNodes recomputes the host set; when it changed, every Service with a

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portside-io/portside/internal/nettest"
+
 	"github.com/portside-io/portside/internal/proc"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
@@ -87,7 +89,7 @@ func TestKill9Restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := inst.Addresses[0].Address
-	ln := echo(t, "node-a", net.JoinHostPort(ip, "0"))
+	ln := nettest.NameServer(t, "node-a", net.JoinHostPort(ip, "0"))
 	port := ln.Addr().(*net.TCPAddr).Port
 	lb, err := c.PutLoadBalancer(ctx, "web", api.LoadBalancerSpec{
 		Cluster: "c1", Listeners: []api.Listener{{Protocol: "TCP", Port: 8080, BackendPort: port}},
@@ -97,7 +99,7 @@ func TestKill9Restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := net.JoinHostPort(lb.VIPs[0], "8080")
-	if name, err := ask(vip); err != nil || name != "node-a" {
+	if name, err := nettest.AskName(vip); err != nil || name != "node-a" {
 		t.Fatalf("before crash: %q %v", name, err)
 	}
 	// Many acknowledged writes right before the crash.
@@ -107,7 +109,7 @@ func TestKill9Restart(t *testing.T) {
 		}
 	}
 	p.Kill()
-	if _, err := ask(vip); err == nil {
+	if _, err := nettest.AskName(vip); err == nil {
 		t.Fatal("VIP still serves with the cloud dead")
 	}
 
@@ -125,7 +127,7 @@ func TestKill9Restart(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		name, err := ask(vip)
+		name, err := nettest.AskName(vip)
 		if err == nil && name == "node-a" {
 			break
 		}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/nettest"
 
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -314,45 +315,6 @@ func TestRoutesVolumesCredentials(t *testing.T) {
 	}
 }
 
-// echo listens on ip:port and answers each line with name.
-func echo(t *testing.T, name, addr string) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
-					_, _ = fmt.Fprintln(c, name)
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln
-}
-
-func ask(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := fmt.Fprintln(c, "hi"); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
 func TestLoadBalancerServesTrafficAndFollowsBackends(t *testing.T) {
 	_, c := startServer(t)
 	ctx := context.Background()
@@ -364,7 +326,7 @@ func TestLoadBalancerServesTrafficAndFollowsBackends(t *testing.T) {
 			t.Fatal(err)
 		}
 		ip := inst.Addresses[0].Address
-		ln := echo(t, name, net.JoinHostPort(ip, fmt.Sprint(port)))
+		ln := nettest.NameServer(t, name, net.JoinHostPort(ip, fmt.Sprint(port)))
 		port = ln.Addr().(*net.TCPAddr).Port
 		backends = append(backends, api.Backend{Name: name, Address: ip})
 	}
@@ -380,7 +342,7 @@ func TestLoadBalancerServesTrafficAndFollowsBackends(t *testing.T) {
 	vip := net.JoinHostPort(lb.VIPs[0], "8080")
 	seen := map[string]int{}
 	for range 10 {
-		name, err := ask(vip)
+		name, err := nettest.AskName(vip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +357,7 @@ func TestLoadBalancerServesTrafficAndFollowsBackends(t *testing.T) {
 		t.Fatalf("set backends: %+v %v", lb2, err)
 	}
 	for range 5 {
-		if name, err := ask(vip); err != nil || name != "node-b" {
+		if name, err := nettest.AskName(vip); err != nil || name != "node-b" {
 			t.Fatalf("after removing node-a: %q %v", name, err)
 		}
 	}
@@ -410,7 +372,7 @@ func TestLoadBalancerServesTrafficAndFollowsBackends(t *testing.T) {
 	if err := c.DeleteLoadBalancer(ctx, "web"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ask(vip); err == nil {
+	if _, err := nettest.AskName(vip); err == nil {
 		t.Fatal("VIP still serves after delete")
 	}
 	if err := c.DeleteLoadBalancer(ctx, "web"); !client.IsNotFound(err) {

@@ -5,7 +5,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -166,15 +165,3 @@ func (t *Tx) ClaimIP(addr netip.Addr, owner string) error {
 
 // ReleaseIP frees an address.
 func (t *Tx) ReleaseIP(addr string) error { return t.bucket(IPs).Delete([]byte(addr)) }
-
-// Counter returns and increments a named counter in Meta.
-func (t *Tx) Counter(name string) (uint64, error) {
-	b := t.bucket(Meta)
-	var n uint64
-	if v := b.Get([]byte(name)); len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	var buf [8]byte
-	binary.BigEndian.PutUint64(buf[:], n+1)
-	return n, b.Put([]byte(name), buf[:])
-}
