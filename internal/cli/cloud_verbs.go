@@ -58,6 +58,7 @@ func newCloudInstancesCommand(f *cloudFlags) *cobra.Command {
 	})
 	create.Flags().StringVar(&req.Zone, "zone", "zone-a", "zone")
 	create.Flags().StringVar(&req.Type, "type", "", "instance type (default: the first)")
+	create.Flags().StringSliceVar(&req.PodCIDRs, "pod-cidr", nil, "pod CIDRs the cloud assigns to the instance (one per family), for --cidr-allocator-type=CloudAllocator")
 	create.Flags().BoolVar(&req.IPv6, "ipv6", false, "also give an IPv6 address")
 	byID := func(use, short string, call func(cmd *cobra.Command, c cloudCall, id string) error) *cobra.Command {
 		return verb(f, use+" ID", short, cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {

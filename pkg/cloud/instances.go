@@ -3,6 +3,7 @@ package cloud
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,9 @@ type InstanceMetadata struct {
 	// AdditionalLabels are added to the node. Keys in the kubernetes.io and
 	// k8s.io namespaces are dropped, and existing labels are never overwritten.
 	AdditionalLabels map[string]string
+	// PodCIDRs the cloud assigned to the instance (one per family), for
+	// --cidr-allocator-type=CloudAllocator; empty when it assigns none.
+	PodCIDRs []netip.Prefix
 }
 
 // Instances gives the instance behind a node.

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"slices"
 	"time"
@@ -69,8 +70,12 @@ func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, erro
 	if !ipv4 && !req.IPv6 {
 		return nil, invalid("an instance needs an address: ipv4 and ipv6 are both false")
 	}
+	podCIDRs, err := validPodCIDRs(req.PodCIDRs)
+	if err != nil {
+		return nil, err
+	}
 	inst := &api.Instance{Name: req.Name, Zone: req.Zone, Region: region, Type: req.Type, State: api.InstanceRunning,
-		Labels: req.Labels, CreatedAt: time.Now().UTC()}
+		Labels: req.Labels, PodCIDRs: podCIDRs, CreatedAt: time.Now().UTC()}
 	err = s.store.Update(func(tx *store.Tx) error {
 		inst.Addresses = nil // the function may run again (group commit)
 		if tx.Exists(store.Meta, "instance-name/"+req.Name) {
@@ -198,4 +203,22 @@ func (s *Server) setInstanceState(state string) http.HandlerFunc {
 		})
 		respond(w, r, http.StatusOK, inst, err)
 	}
+}
+
+// validPodCIDRs checks an instance's pod CIDRs: CIDRs, at most one per family.
+func validPodCIDRs(in []string) ([]string, error) {
+	var out []string
+	seen := map[bool]bool{}
+	for _, s := range in {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, invalid("podCIDRs: %q is not a CIDR (want e.g. 10.244.1.0/24)", s)
+		}
+		if seen[p.Addr().Is4()] {
+			return nil, invalid("podCIDRs: at most one IPv4 and one IPv6 CIDR, got %v", in)
+		}
+		seen[p.Addr().Is4()] = true
+		out = append(out, p.Masked().String())
+	}
+	return out, nil
 }

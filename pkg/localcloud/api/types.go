@@ -62,7 +62,9 @@ type Instance struct {
 	State     string            `json:"state"`
 	Addresses []Address         `json:"addresses"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	CreatedAt time.Time         `json:"createdAt"`
+	// PodCIDRs the cloud assigned to the instance (CloudAllocator).
+	PodCIDRs  []string  `json:"podCIDRs,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // CreateInstanceRequest creates an instance. Addresses are allocated from
@@ -74,6 +76,9 @@ type CreateInstanceRequest struct {
 	IPv4   *bool             `json:"ipv4,omitempty"` // default true
 	IPv6   bool              `json:"ipv6,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// PodCIDRs assigns pod CIDRs to the instance (at most one per family),
+	// for CCMs run with --cidr-allocator-type=CloudAllocator.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
 }
 
 // Protocols of load-balancer listeners.

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -39,6 +40,11 @@ func (p *instances) InstanceMetadata(ctx context.Context, n cloud.Node) (*cloud.
 	}
 	for _, a := range inst.Addresses {
 		md.Addresses = append(md.Addresses, corev1.NodeAddress{Type: corev1.NodeAddressType(a.Type), Address: a.Address})
+	}
+	for _, c := range inst.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil { // the cloud validated it
+			md.PodCIDRs = append(md.PodCIDRs, p)
+		}
 	}
 	return md, nil
 }
