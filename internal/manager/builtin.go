@@ -2,9 +2,12 @@ package manager
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/portside-io/portside/internal/controllers/node"
+	"github.com/portside-io/portside/internal/controllers/nodeipam"
 	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
+	"github.com/portside-io/portside/internal/controllers/route"
 	"github.com/portside-io/portside/internal/controllers/service"
 )
 
@@ -15,6 +18,8 @@ func DefaultControllers() []Controller {
 		{Name: node.Name, Aliases: []string{node.Alias}, Start: startCloudNode},
 		{Name: nodelifecycle.Name, Aliases: []string{nodelifecycle.Alias}, Start: startCloudNodeLifecycle},
 		{Name: service.Name, Aliases: []string{service.Alias}, Start: startServiceLB},
+		{Name: nodeipam.Name, Aliases: []string{nodeipam.Alias}, Start: startNodeIPAM},
+		{Name: route.Name, Aliases: []string{route.Alias}, Start: startRoutes},
 	}
 }
 
@@ -58,6 +63,54 @@ func startServiceLB(ctx context.Context, cc *ControllerContext) (string, error) 
 		Client: cc.Client, Services: cc.Informers.Core().V1().Services(), Nodes: cc.Informers.Core().V1().Nodes(),
 		LoadBalancers: lbs, Recorder: cc.Recorder("service-controller"), ClusterName: cc.Options.ClusterName,
 		Class: cc.Options.LoadBalancerClass, Workers: cc.Options.ConcurrentServiceSyncs,
+	})
+	if err != nil {
+		return "", err
+	}
+	go c.Run(ctx)
+	return "", nil
+}
+
+func startNodeIPAM(ctx context.Context, cc *ControllerContext) (string, error) {
+	o := cc.Options.NetworkOptions
+	if !o.AllocateNodeCIDRs {
+		return "--allocate-node-cidrs is false", nil
+	}
+	nw, err := o.network()
+	if err != nil {
+		return "", err
+	}
+	inst, _ := cc.Cloud.Instances()
+	c, err := nodeipam.New(nodeipam.Config{
+		Client: cc.Client, Nodes: cc.Informers.Core().V1().Nodes(), Recorder: cc.Recorder("node-ipam-controller"),
+		Metrics: cc.Metrics, Workers: cc.Options.ConcurrentNodeSyncs, AllocatorType: o.CIDRAllocatorType,
+		ClusterCIDRs: nw.ClusterCIDRs, NodeMaskSizes: nw.NodeMaskSizes, ServiceCIDRs: nw.ServiceCIDRs, Instances: inst,
+	})
+	if err != nil {
+		return "", err
+	}
+	go c.Run(ctx)
+	return "", nil
+}
+
+func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
+	o := cc.Options.NetworkOptions
+	if !o.AllocateNodeCIDRs || !o.ConfigureCloudRoutes {
+		return fmt.Sprintf("routes are configured only with --allocate-node-cidrs and --configure-cloud-routes (have %v and %v)", o.AllocateNodeCIDRs, o.ConfigureCloudRoutes), nil
+	}
+	routes, ok := cc.Cloud.Routes()
+	if !ok {
+		return "the cloud provider has no routes", nil
+	}
+	nw, err := o.network()
+	if err != nil {
+		return "", err
+	}
+	c, err := route.New(route.Config{
+		Client: cc.Client, Nodes: cc.Informers.Core().V1().Nodes(), Routes: routes,
+		Recorder: cc.Recorder("route_controller"), Metrics: cc.Metrics, ClusterName: cc.Options.ClusterName,
+		ClusterCIDRs: nw.ClusterCIDRs, Workers: o.ConcurrentRouteSyncs, StatusWorkers: cc.Options.ConcurrentNodeSyncs,
+		ResyncPeriod: o.RouteReconciliationPeriod,
 	})
 	if err != nil {
 		return "", err

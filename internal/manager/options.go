@@ -41,6 +41,8 @@ type Options struct {
 	NodeMonitorPeriod         time.Duration
 	NodeStatusUpdateFrequency time.Duration
 
+	NetworkOptions
+
 	LeaderElect             bool
 	LeaseDuration           time.Duration
 	RenewDeadline           time.Duration
@@ -77,6 +79,7 @@ func NewOptions() *Options {
 		LeaderElectResourceLock:   "leases",
 		BindAddress:               "0.0.0.0",
 		SecurePort:                10258,
+		NetworkOptions:            defaultNetworkOptions(),
 	}
 }
 
@@ -106,6 +109,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "HTTPS port for /healthz, /readyz, /livez and /metrics (0: pick a free port)")
 	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
 	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "serving key")
+	o.NetworkOptions.addFlags(fs)
 }
 
 // Validate checks the options; the error is one line that says what to fix.
@@ -136,6 +140,9 @@ func (o *Options) Validate(known []Controller) error {
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, "--tls-cert-file and --tls-private-key-file go together")
+	}
+	if _, err := o.network(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if _, err := EnabledControllers(o.Controllers, known); err != nil {
 		errs = append(errs, err.Error())

@@ -1,0 +1,63 @@
+package route
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// Plan is what one node needs from the cloud.
+type Plan struct {
+	// Create are the node's pod CIDRs that have no route to it yet.
+	Create []netip.Prefix
+	// Delete are routes to the node that are stale (a CIDR it no longer
+	// has) or blackholed, inside the cluster CIDRs.
+	Delete []cloud.Route
+}
+
+// Empty reports whether the plan makes no cloud call.
+func (p Plan) Empty() bool { return len(p.Create) == 0 && len(p.Delete) == 0 }
+
+// PlanNode decides the routes of one node from its pod CIDRs and the
+// routes that target it. Deletions come first in the plan's execution: a
+// provider may name routes per node and family, so a stale route would
+// block its replacement.
+func PlanNode(podCIDRs []netip.Prefix, routes []cloud.Route, clusterCIDRs []netip.Prefix) Plan {
+	var p Plan
+	for _, r := range routes {
+		if (r.Blackhole || !slices.Contains(podCIDRs, r.DestinationCIDR.Masked())) && Responsible(r.DestinationCIDR, clusterCIDRs) {
+			p.Delete = append(p.Delete, r)
+		}
+	}
+	for _, c := range podCIDRs {
+		if !slices.ContainsFunc(routes, func(r cloud.Route) bool { return !r.Blackhole && r.DestinationCIDR.Masked() == c }) {
+			p.Create = append(p.Create, c)
+		}
+	}
+	return p
+}
+
+// StaleRoutes are the routes a full resync deletes: inside the cluster
+// CIDRs, and blackholed, or to a node that is gone, or for a CIDR the
+// target node does not have. nodeCIDRs maps every existing node to its
+// pod CIDRs.
+func StaleRoutes(routes []cloud.Route, nodeCIDRs map[string][]netip.Prefix, clusterCIDRs []netip.Prefix) []cloud.Route {
+	var out []cloud.Route
+	for _, r := range routes {
+		if !Responsible(r.DestinationCIDR, clusterCIDRs) {
+			continue // not ours: another cluster's, or set up by hand
+		}
+		cidrs, ok := nodeCIDRs[r.TargetNode]
+		if r.Blackhole || !ok || !slices.Contains(cidrs, r.DestinationCIDR.Masked()) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Responsible reports whether a route's destination overlaps the cluster
+// CIDRs, i.e. whether this controller may delete it.
+func Responsible(dst netip.Prefix, clusterCIDRs []netip.Prefix) bool {
+	return slices.ContainsFunc(clusterCIDRs, func(c netip.Prefix) bool { return c.Overlaps(dst) })
+}

@@ -1,0 +1,62 @@
+package route
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+var clusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")}
+
+func rt(name, node, cidr string, blackhole bool) cloud.Route {
+	return cloud.Route{Name: name, TargetNode: node, DestinationCIDR: netip.MustParsePrefix(cidr), Blackhole: blackhole}
+}
+
+func TestPlanNode(t *testing.T) {
+	v4, v6 := netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:244:0:1::/64")
+	cases := []struct {
+		name         string
+		routes       []cloud.Route
+		create, dels int
+	}{
+		{"nothing yet: one route per family", nil, 2, 0},
+		{"all there", []cloud.Route{rt("a", "n", "10.244.1.0/24", false), rt("b", "n", "fd00:244:0:1::/64", false)}, 0, 0},
+		{"blackholed: replaced", []cloud.Route{rt("a", "n", "10.244.1.0/24", true), rt("b", "n", "fd00:244:0:1::/64", false)}, 1, 1},
+		{"stale CIDR inside the cluster: deleted", []cloud.Route{rt("a", "n", "10.244.9.0/24", false), rt("b", "n", "fd00:244:0:1::/64", false)}, 1, 1},
+		{"stale CIDR outside the cluster: left alone", []cloud.Route{rt("a", "n", "192.168.0.0/24", false), rt("b", "n", "fd00:244:0:1::/64", false)}, 1, 0},
+	}
+	for _, tc := range cases {
+		p := PlanNode([]netip.Prefix{v4, v6}, tc.routes, clusterCIDRs)
+		if len(p.Create) != tc.create || len(p.Delete) != tc.dels {
+			t.Errorf("%s: plan %+v, want %d creates and %d deletes", tc.name, p, tc.create, tc.dels)
+		}
+	}
+}
+
+func TestStaleRoutes(t *testing.T) {
+	routes := []cloud.Route{
+		rt("keep", "n1", "10.244.1.0/24", false),
+		rt("gone-node", "n9", "10.244.9.0/24", false),
+		rt("wrong-cidr", "n2", "10.244.7.0/24", false),
+		rt("blackhole", "n1", "fd00:244:0:1::/64", true),
+		rt("foreign", "n9", "172.16.0.0/24", false),
+	}
+	nodes := map[string][]netip.Prefix{
+		"n1": {netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:244:0:1::/64")},
+		"n2": {netip.MustParsePrefix("10.244.2.0/24")},
+	}
+	var got []string
+	for _, r := range StaleRoutes(routes, nodes, clusterCIDRs) {
+		got = append(got, r.Name)
+	}
+	want := []string{"gone-node", "wrong-cidr", "blackhole"}
+	if len(got) != len(want) {
+		t.Fatalf("stale %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("stale %v, want %v", got, want)
+		}
+	}
+}

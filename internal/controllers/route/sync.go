@@ -1,0 +1,130 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// Condition reasons and event reason (upstream's).
+const (
+	ReasonRouteCreated        = "RouteCreated"
+	ReasonNoRouteCreated      = "NoRouteCreated"
+	ReasonFailedToCreateRoute = "FailedToCreateRoute"
+)
+
+// syncNode makes one node's routes right against the cache.
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	logger := klog.FromContext(ctx).WithValues("node", name)
+	node, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget(name)
+		var errs []error
+		for _, r := range c.cache.routesTo(name) {
+			if Responsible(r.DestinationCIDR, c.cfg.ClusterCIDRs) {
+				errs = append(errs, c.delete(ctx, r))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err != nil {
+		return err
+	}
+	cidrs, err := parseCIDRs(node.Spec.PodCIDRs)
+	if err != nil || len(cidrs) == 0 {
+		return nil // no pod CIDR yet: nothing to route, no condition (as upstream)
+	}
+	plan := PlanNode(cidrs, c.cache.routesTo(name), c.cfg.ClusterCIDRs)
+	for _, r := range plan.Delete {
+		if err := c.delete(ctx, r); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, cidr := range plan.Create {
+		start := time.Now()
+		err := c.cfg.Routes.CreateRoute(ctx, c.cfg.ClusterName, string(node.UID), cloud.Route{TargetNode: name, DestinationCIDR: cidr})
+		c.metrics.op("create", err)
+		if err != nil {
+			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ReasonFailedToCreateRoute,
+				"Could not create route %s %s for node %s after %v: %v", node.UID, cidr, name, time.Since(start).Round(time.Millisecond), err)
+			errs = append(errs, fmt.Errorf("create route for %s: %w", cidr, err))
+			continue
+		}
+		c.cache.added(name, cidr)
+		logger.V(2).Info("Created route", "cidr", cidr)
+	}
+	c.setCreated(node, len(errs) == 0)
+	if len(errs) == 1 {
+		return errs[0] // keeps a retry-after delay visible to the queue
+	}
+	return errors.Join(errs...)
+}
+
+// delete deletes a route, first learning its cloud name if this controller
+// created it since the last list.
+func (c *Controller) delete(ctx context.Context, r cloud.Route) error {
+	if r.Name == "" {
+		if err := c.cache.refreshNames(ctx, c.cache.generation(), c.list); err != nil {
+			return err
+		}
+		named := false
+		for _, e := range c.cache.routesTo(r.TargetNode) {
+			if e.DestinationCIDR == r.DestinationCIDR && e.Blackhole == r.Blackhole && e.Name != "" {
+				r, named = e, true
+				break
+			}
+		}
+		if !named { // not in the cloud's list: already gone
+			c.cache.removed(r)
+			return nil
+		}
+	}
+	err := c.cfg.Routes.DeleteRoute(ctx, c.cfg.ClusterName, r)
+	c.metrics.op("delete", err)
+	if err != nil {
+		return fmt.Errorf("delete route %s %s: %w", r.Name, r.DestinationCIDR, err)
+	}
+	c.cache.removed(r)
+	klog.FromContext(ctx).V(2).Info("Deleted route", "route", r.Name, "cidr", r.DestinationCIDR, "target", r.TargetNode, "blackhole", r.Blackhole)
+	return nil
+}
+
+// syncStatus writes the NetworkUnavailable condition a node should have.
+func (c *Controller) syncStatus(ctx context.Context, name string) error {
+	node, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	status, reason, known := c.desiredCondition(name)
+	if !known || !c.conditionOutdated(node) {
+		return nil
+	}
+	msg := "RouteController created a route"
+	if status == corev1.ConditionTrue {
+		msg = "RouteController failed to create a route"
+	}
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeNetworkUnavailable, Status: status, Reason: reason, Message: msg,
+		LastTransitionTime: now, LastHeartbeatTime: now,
+	}}}})
+	_, err = c.cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
