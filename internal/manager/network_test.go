@@ -23,7 +23,9 @@ func TestNetworkOptionsValidation(t *testing.T) {
 		{func(o *NetworkOptions) {
 			o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSizeIPv6 = true, "10.244.0.0/16", 64
 		}, "not allowed for a single-stack IPv4 cluster", nil},
-		{func(o *NetworkOptions) { o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSize = true, "10.244.0.0/16", 8 }, "does not fit cluster CIDR", nil},
+		{func(o *NetworkOptions) {
+			o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSize = true, "10.244.0.0/16", 8
+		}, "does not fit cluster CIDR", nil},
 		{func(o *NetworkOptions) { o.AllocateNodeCIDRs, o.CIDRAllocatorType = true, "IPAMFromCloud" }, "not supported", nil},
 		{func(o *NetworkOptions) {
 			o.AllocateNodeCIDRs, o.CIDRAllocatorType, o.ConfigureCloudRoutes = true, "CloudAllocator", false
