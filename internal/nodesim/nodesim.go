@@ -41,6 +41,9 @@ type NodeSpec struct {
 	Labels  map[string]string
 	// NotReady registers the node with Ready=False.
 	NotReady bool
+	// PodCIDRs pre-assigns spec.podCIDRs, as a cluster without a node IPAM
+	// controller in the CCM would (benchmarks of the route controller).
+	PodCIDRs []string
 }
 
 // Simulator registers and heartbeats simulated nodes.
@@ -81,6 +84,9 @@ func (s *Simulator) register(ctx context.Context, spec NodeSpec) error {
 	}
 	if len(spec.NodeIPs) > 0 {
 		node.Annotations = map[string]string{AnnotationProvidedNodeIP: strings.Join(spec.NodeIPs, ",")}
+	}
+	if len(spec.PodCIDRs) > 0 {
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = spec.PodCIDRs[0], spec.PodCIDRs
 	}
 	node.Status = nodeStatus(spec)
 	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
