@@ -27,7 +27,7 @@ func NewRootCommand() *cobra.Command {
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
-	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newCloudCommand(), newCCMCommand())
+	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand())
 	return root
 }
 

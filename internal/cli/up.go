@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,15 +16,19 @@ func newUpCommand() *cobra.Command {
 	opts := devenv.Options{}
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a local Kubernetes control plane with Portside on this machine",
-		Args:  cobra.NoArgs,
+		Short: "Run Portside on this machine: control plane, local cloud, simulated nodes and the CCM",
+		Long: "Start etcd and kube-apiserver (from `make tools`), the local cloud, simulated nodes with kube-proxy\n" +
+			"stand-ins and the cloud controller manager; create a LoadBalancer Service and send a request\n" +
+			"through its VIP. State is kept in --data-dir between runs. Ctrl-C or `portside down` stops everything.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
 			return devenv.Up(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", defaultDataDir, "directory for the environment's state, kept between runs")
-	cmd.Flags().BoolVar(&opts.Once, "once", false, "verify the environment, then stop (for scripts and tests)")
+	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of simulated nodes, spread over 2 zones (at most %d)", devenv.MaxNodes))
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "stop after the request through the LoadBalancer VIP (for scripts and tests)")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "remove the data directory when stopping")
 	return cmd
 }
@@ -43,5 +48,26 @@ func newDownCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "data directory of the environment to stop")
 	cmd.Flags().BoolVar(&purge, "purge", false, "also remove the data directory")
+	return cmd
+}
+
+func newStatusCommand() *cobra.Command {
+	var dataDir, output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the nodes and load balancers of a running `portside up`",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			rep, err := devenv.Status(ctx, dataDir)
+			if err != nil {
+				return err
+			}
+			return printStatus(cmd.OutOrStdout(), rep, output)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "data directory of the environment")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }

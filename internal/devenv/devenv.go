@@ -1,6 +1,8 @@
-// Package devenv implements `portside up` and `portside down`: it starts the
-// parts of a local Portside environment in order, reports progress, and stops
-// everything it started, by PID, on exit or on any start-up failure.
+// Package devenv implements `portside up`, `portside down` and `portside
+// status`: it starts the parts of a local Portside environment in order
+// (control plane, local cloud, simulated nodes, CCM), reports progress,
+// shows a request through a LoadBalancer VIP, and stops everything it
+// started, by PID, on exit or on any start-up failure.
 package devenv
 
 import (
@@ -9,24 +11,21 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/portside-io/portside/internal/controlplane"
-	"github.com/portside-io/portside/internal/tools"
 )
 
 // Options configure `portside up`.
 type Options struct {
 	// DataDir keeps the environment's state between runs.
 	DataDir string
-	// Once verifies the environment and stops, for scripts and tests.
+	// Nodes is the number of simulated nodes; default 3.
+	Nodes int
+	// Once verifies the environment (a request through a LoadBalancer VIP)
+	// and stops, for scripts and tests.
 	Once bool
 	// Purge removes DataDir when the environment stops.
 	Purge bool
@@ -34,78 +33,90 @@ type Options struct {
 	Out io.Writer
 }
 
+// MaxNodes bounds --nodes: the node address range of one environment is a /22.
+const MaxNodes = 1000
+
 const pidFileName = "portside-up.pid"
 
 // Up starts the environment and blocks until ctx is done (or, with Once,
-// until it has verified the environment).
+// until it has shown a request through a LoadBalancer VIP). Whatever fails,
+// everything started so far is stopped before Up returns.
 func Up(ctx context.Context, opts Options) (err error) {
-	if opts.DataDir == "" {
-		return errors.New("--data-dir must not be empty")
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
 	}
-	dataDir, err := filepath.Abs(opts.DataDir)
+	if opts.Nodes < 1 || opts.Nodes > MaxNodes {
+		return fmt.Errorf("--nodes %d is out of range 1-%d", opts.Nodes, MaxNodes)
+	}
+	l, err := newLayout(opts.DataDir)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return fmt.Errorf("data directory %s: %w", dataDir, err)
+	if pid, alive := readPIDFile(l.pidFile()); alive {
+		return fmt.Errorf("portside up is already running with data directory %s (pid %d): run `portside down --data-dir %s` first", l.dir, pid, opts.DataDir)
 	}
-	pidFile := filepath.Join(dataDir, pidFileName)
-	if pid, alive := readPIDFile(pidFile); alive {
-		return fmt.Errorf("portside up is already running with data directory %s (pid %d): run `portside down --data-dir %s` first", dataDir, pid, opts.DataDir)
-	}
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(l.pidFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(pidFile) }()
-	p := progress{w: opts.Out, start: time.Now()}
+	defer func() { _ = os.Remove(l.pidFile()) }()
 
-	binDir, err := tools.BinDir()
-	if err != nil {
-		return fmt.Errorf("control plane: %w", err)
-	}
-	p.step("control plane", "starting etcd and kube-apiserver (state in %s)", dataDir)
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dataDir, "controlplane"), BinDir: binDir, Durable: true})
-	if err != nil {
-		return fmt.Errorf("control plane: %w", err)
-	}
+	p := &progress{w: opts.Out, start: time.Now()}
+	s := &stack{p: p}
 	defer func() {
-		p.step("shutdown", "stopping kube-apiserver and etcd")
-		cp.Stop()
+		s.stopAll()
 		if opts.Purge {
-			_ = os.RemoveAll(dataDir)
-			p.step("shutdown", "removed %s", dataDir)
+			_ = os.RemoveAll(l.dir)
+			p.step("shutdown", "removed %s", l.dir)
 		} else {
-			p.step("shutdown", "state kept in %s (remove it with `portside down --purge`)", dataDir)
+			p.step("shutdown", "state kept in %s (remove it with `portside down --purge`)", l.dir)
 		}
 	}()
-	pids := cp.PIDs()
-	p.step("control plane", "kube-apiserver ready at %s (pid %d, etcd pid %d)", cp.URL, pids["kube-apiserver"], pids["etcd"])
 
-	client, err := kubernetes.NewForConfig(cp.RESTConfig())
+	env, part, err := start(ctx, s, l, opts.Nodes)
+	if err == nil {
+		part, err = "demo", demo(ctx, p, env)
+	}
 	if err != nil {
+		p.step("failed", "%s did not start; stopping everything started so far", part)
 		return err
 	}
-	v, err := client.Discovery().ServerVersion()
-	if err != nil {
-		return fmt.Errorf("control plane: %w", err)
-	}
-	p.step("control plane", "Kubernetes %s serving", v.GitVersion)
-
-	kubectl, _ := tools.Path(binDir, tools.Kubectl)
-	p.step("ready", "use the cluster with:\n\n    export KUBECONFIG=%s\n    %s get nodes\n", cp.KubeconfigPath, kubectlName(kubectl))
+	p.step("ready", "use the cluster with:\n\n    export KUBECONFIG=%s\n    %s get nodes -L topology.kubernetes.io/zone\n    %s status --data-dir %s\n\n  logs: %s, %s",
+		l.kubeconfig(), kubectlName(env.kubectl), selfName(), opts.DataDir, l.logs(), filepath.Join(l.controlPlane(), "logs"))
 	if opts.Once {
-		if kubectl != "" {
-			out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", cp.KubeconfigPath, "get", "namespaces").CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("kubectl get namespaces: %v: %s", err, out)
-			}
-			p.step("verify", "kubectl get namespaces:\n%s", indent(string(out)))
-		}
 		return nil
 	}
 	p.step("ready", "press Ctrl-C or run `portside down` to stop")
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case part := <-s.exited():
+		return fmt.Errorf("%s exited unexpectedly; see its log in %s", part, l.logs())
+	}
 	return nil
+}
+
+// start brings the parts up in order; each one it starts is pushed on s.
+// On failure it returns the part that failed.
+func start(ctx context.Context, s *stack, l layout, nodes int) (*environment, string, error) {
+	env := &environment{layout: l}
+	steps := []struct {
+		part string
+		fn   func(context.Context, *stack, *environment) error
+	}{
+		{"control plane", startControlPlane},
+		{"local cloud", startCloud},
+		{"nodes", startNodes(nodes)},
+		{"ccm", startCCM},
+		{"nodes", waitNodesInitialized},
+	}
+	for _, st := range steps {
+		if err := st.fn(ctx, s, env); err != nil {
+			if ctx.Err() != nil {
+				return nil, st.part, fmt.Errorf("%s: interrupted while starting", st.part)
+			}
+			return nil, st.part, fmt.Errorf("%s: %w", st.part, err)
+		}
+	}
+	return env, "", nil
 }
 
 // Down stops a running `portside up` that uses dataDir and waits for it to exit.
@@ -150,25 +161,5 @@ func readPIDFile(path string) (int, bool) {
 	return pid, syscall.Kill(pid, 0) == nil
 }
 
-type progress struct {
-	w     io.Writer
-	start time.Time
-}
-
-func (p progress) step(part, format string, args ...any) {
-	if p.w == nil {
-		return
-	}
-	fmt.Fprintf(p.w, "[%6.1fs] %-14s %s\n", time.Since(p.start).Seconds(), part, fmt.Sprintf(format, args...))
-}
-
-func kubectlName(path string) string {
-	if path == "" {
-		return "kubectl"
-	}
-	return path
-}
-
-func indent(s string) string {
-	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
-}
+// errExited is returned by waits that see a child die during start-up.
+var errExited = errors.New("exited during start-up")

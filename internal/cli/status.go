@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/portside-io/portside/internal/devenv"
+)
+
+// maxBackendsShown keeps a 200-node load balancer on one readable line;
+// -o json has them all.
+const maxBackendsShown = 5
+
+// printStatus writes the report as tables (nodes, then load balancers) or JSON.
+func printStatus(w io.Writer, rep *devenv.Report, output string) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "", "table":
+	default:
+		return fmt.Errorf("--output %q is not supported: use table or json", output)
+	}
+	fmt.Fprintf(w, "portside up (pid %d), data in %s\nkube-apiserver %s, local cloud %s\n\n", rep.PID, rep.DataDir, rep.APIServer, rep.Cloud)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tZONE\tINTERNAL-IP\tPROVIDER-ID\tINITIALIZED")
+	for _, n := range rep.Nodes {
+		init := "yes"
+		if !n.Initialized {
+			init = "no: " + n.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Zone), dash(n.InternalIP), dash(n.ProviderID), init)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(rep.LoadBalancers) == 0 {
+		_, err := fmt.Fprintln(w, "no load balancers")
+		return err
+	}
+	fmt.Fprintln(tw, "LOAD BALANCER\tSERVICE\tVIP\tPORTS\tSTATE\tBACKENDS")
+	for _, lb := range rep.LoadBalancers {
+		state := lb.State
+		if lb.Message != "" {
+			state += ": " + lb.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", lb.Name, dash(lb.Service), dash(strings.Join(lb.VIPs, ",")), strings.Join(lb.Ports, ","), state, backends(lb))
+	}
+	return tw.Flush()
+}
+
+// backends summarizes backend health: "3/3 healthy (node-1, node-2, node-3)",
+// naming the unhealthy ones and why when some are.
+func backends(lb devenv.LBStatus) string {
+	healthy, names, sick := 0, []string{}, []string{}
+	for _, b := range lb.Backends {
+		switch {
+		case b.Healthy && !b.Draining:
+			healthy++
+			names = append(names, b.Name)
+		case b.Draining:
+			sick = append(sick, b.Name+" draining")
+		default:
+			why := b.LastError
+			if why == "" {
+				why = "not checked yet"
+			}
+			sick = append(sick, b.Name+" unhealthy: "+why)
+		}
+	}
+	out := fmt.Sprintf("%d/%d healthy", healthy, len(lb.Backends))
+	if len(sick) > 0 {
+		return out + " (" + listSome(sick) + ")"
+	}
+	if len(names) > 0 {
+		out += " (" + listSome(names) + ")"
+	}
+	return out
+}
+
+func listSome(items []string) string {
+	if len(items) <= maxBackendsShown {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:maxBackendsShown], ", ") + fmt.Sprintf(", … %d more", len(items)-maxBackendsShown)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,83 @@
+package devenv
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/portside-io/portside/internal/manager"
+)
+
+// The ranges are chosen once per data directory, kept, and stay clear of
+// the 127.10-249 ranges test clouds use, with room for MaxNodes.
+func TestLoadNetworkIsKeptAndInRange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "network.json")
+	n, err := loadNetwork(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !netip.MustParsePrefix("127.250.0.0/15").Contains(n.VIPPool.Addr()) || n.VIPPool.Bits() != 23 {
+		t.Errorf("VIP pool %s", n.VIPPool)
+	}
+	if !netip.MustParsePrefix("127.252.0.0/14").Contains(n.NodePool.Addr()) || n.NodePool.Bits() != 22 || 1<<(32-n.NodePool.Bits()) < MaxNodes+2 {
+		t.Errorf("node pool %s", n.NodePool)
+	}
+	again, err := loadNetwork(path)
+	if err != nil || again != n {
+		t.Errorf("second load = %+v, %v; want %+v", again, err, n)
+	}
+}
+
+// ccmArgs must parse with the CCM's real flags, so a renamed flag fails
+// here rather than in `portside up`.
+func TestCCMArgsParse(t *testing.T) {
+	args := ccmArgs("/k", "/c")
+	if args[0] != "ccm" {
+		t.Fatalf("args[0] = %q", args[0])
+	}
+	o := manager.NewOptions()
+	fs := pflag.NewFlagSet("ccm", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if o.CloudProvider != "local" || o.Kubeconfig != "/k" || o.CloudConfig != "/c" || o.LeaderElect || o.SecurePort != 0 {
+		t.Errorf("options = %+v", o)
+	}
+	if err := o.Validate(manager.DefaultControllers()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestServingAddrFromThisRunOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ccm.log")
+	old := `I0101 serving.go:92] "Serving health and metrics" address="https://127.0.0.1:1111"` + "\n"
+	writeFile(t, path, old)
+	if got := findServingAddr(path, int64(len(old))); got != "" {
+		t.Errorf("found %q from an earlier run", got)
+	}
+	writeFile(t, path, old+strings.Replace(old, "1111", "2222", 1))
+	if got := findServingAddr(path, int64(len(old))); got != "https://127.0.0.1:2222" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestCompareNodeNames(t *testing.T) {
+	names := []string{"node-10", "stray", "node-2", "node-1", "a"}
+	slices.SortFunc(names, compareNodeNames)
+	if want := []string{"a", "node-1", "node-2", "node-10", "stray"}; !slices.Equal(names, want) {
+		t.Errorf("sorted = %v, want %v", names, want)
+	}
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

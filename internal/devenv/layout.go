@@ -1,0 +1,39 @@
+package devenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// layout names the files of an environment's data directory. Each part
+// keeps its state in its own subdirectory, so a second `portside up` with
+// the same directory finds the cluster, the cloud and its machines again.
+type layout struct{ dir string }
+
+func newLayout(dataDir string) (layout, error) {
+	if dataDir == "" {
+		return layout{}, errors.New("--data-dir must not be empty")
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return layout{}, err
+	}
+	l := layout{dir: abs}
+	for _, d := range []string{l.dir, l.logs(), l.cloud(), l.ccm()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return layout{}, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	return l, nil
+}
+
+func (l layout) pidFile() string      { return filepath.Join(l.dir, pidFileName) }
+func (l layout) logs() string         { return filepath.Join(l.dir, "logs") }
+func (l layout) controlPlane() string { return filepath.Join(l.dir, "controlplane") }
+func (l layout) kubeconfig() string   { return filepath.Join(l.controlPlane(), "kubeconfig") }
+func (l layout) cloud() string        { return filepath.Join(l.dir, "cloud") }
+func (l layout) network() string      { return filepath.Join(l.dir, "network.json") }
+func (l layout) ccm() string          { return filepath.Join(l.dir, "ccm") }
+func (l layout) cloudConfig() string  { return filepath.Join(l.ccm(), "cloud.yaml") }

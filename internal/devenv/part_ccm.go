@@ -1,0 +1,113 @@
+package devenv
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/portside-io/portside/internal/proc"
+)
+
+// ccmArgs are the flags `portside up` runs `portside ccm` with: the local
+// provider, the environment's kubeconfig, health and metrics on a free
+// loopback port, and no leader election (there is one replica).
+func ccmArgs(kubeconfig, cloudConfig string) []string {
+	return []string{
+		"ccm",
+		"--cloud-provider=local",
+		"--cloud-config=" + cloudConfig,
+		"--kubeconfig=" + kubeconfig,
+		"--secure-port=0",
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+	}
+}
+
+// servingLine is the CCM's log line that names its health address.
+var servingLine = regexp.MustCompile(`"Serving health and metrics" address="(https://[^"]+)"`)
+
+// startCCM writes the provider's cloud config and runs `portside ccm` with
+// all its controllers as a child, then waits for its /readyz.
+func startCCM(ctx context.Context, s *stack, env *environment) error {
+	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), "token"))
+	if err := os.WriteFile(env.cloudConfig(), []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(env.logs(), "ccm.log")
+	// The log is appended to across runs; only this run's lines count.
+	var offset int64
+	if st, err := os.Stat(logPath); err == nil {
+		offset = st.Size()
+	}
+	s.p.step("ccm", "starting the cloud controller manager (log %s)", logPath)
+	p, err := proc.Start("ccm", exe, ccmArgs(env.kubeconfig(), env.cloudConfig()), nil, logPath)
+	if err != nil {
+		return err
+	}
+	s.pushProcess("ccm", p, 10*time.Second)
+	env.ccm = p
+	addr, err := waitCCMReady(ctx, p, logPath, offset, time.Minute)
+	if err != nil {
+		return processError(err, p)
+	}
+	s.p.step("ccm", "ready, all controllers running (pid %d; health and metrics at %s)", p.PID(), addr)
+	return nil
+}
+
+// waitCCMReady finds the CCM's health address in its log and polls
+// /readyz (served with a self-signed certificate) until it answers 200.
+func waitCCMReady(ctx context.Context, p *proc.Process, logPath string, offset int64, timeout time.Duration) (string, error) {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		// A loopback probe of our own child, which serves a self-signed certificate.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	deadline := time.After(timeout)
+	addr, last := "", "no health address in its log yet"
+	for {
+		if addr == "" {
+			addr = findServingAddr(logPath, offset)
+		}
+		if addr != "" {
+			resp, err := hc.Get(addr + "/readyz")
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return addr, nil
+				}
+				last = "/readyz: " + resp.Status
+			} else {
+				last = err.Error()
+			}
+		}
+		select {
+		case <-p.Done():
+			return "", fmt.Errorf("%w (%v)", errExited, p.ExitErr())
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-deadline:
+			return "", errors.New("not ready after " + timeout.String() + " (last: " + last + ")")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func findServingAddr(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	if m := servingLine.FindSubmatch(data[offset:]); m != nil {
+		return string(m[1])
+	}
+	return ""
+}

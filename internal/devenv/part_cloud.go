@@ -1,0 +1,113 @@
+package devenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// network is an environment's loopback ranges, chosen once and kept in the
+// data directory: instances keep their addresses across runs, and two
+// environments (say `make demo` and the e2e tests) rarely share a range.
+// Test clouds (localcloudtest) use 127.10-249.x.x; these stay above.
+type network struct {
+	VIPPool  netip.Prefix `json:"vipPool"`
+	NodePool netip.Prefix `json:"nodePool"`
+}
+
+// loadNetwork reads the environment's ranges, or picks one of 256 slots:
+// VIPs in a /23 of 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14.
+func loadNetwork(path string) (network, error) {
+	var n network
+	data, err := os.ReadFile(path)
+	if err == nil {
+		if err := json.Unmarshal(data, &n); err != nil || !n.VIPPool.IsValid() || !n.NodePool.IsValid() {
+			return n, fmt.Errorf("%s is damaged (%v): remove it with the data directory (`portside down --purge`)", path, err)
+		}
+		return n, nil
+	}
+	if !os.IsNotExist(err) {
+		return n, err
+	}
+	slot := uint32(rand.IntN(256))
+	n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
+	n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
+	data, _ = json.Marshal(n)
+	return n, os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+func addrAt(base, offset uint32) netip.Addr {
+	v := base + offset
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// startCloud runs `portside cloud serve` as a child with its state in
+// <data-dir>/cloud, so machines and load balancers persist across runs.
+func startCloud(ctx context.Context, s *stack, env *environment) error {
+	net, err := loadNetwork(env.network())
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	endpointFile := filepath.Join(env.cloud(), server.EndpointFile)
+	// A cloud killed with SIGKILL leaves its endpoint file behind; the new
+	// one must not be mistaken for ready because of it.
+	_ = os.Remove(endpointFile)
+	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, net.NodePool)
+	p, err := proc.Start("local cloud", exe, []string{"cloud", "serve",
+		"--data-dir=" + env.cloud(), "--listen=127.0.0.1:0",
+		"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
+	}, nil, filepath.Join(env.logs(), "cloud.log"))
+	if err != nil {
+		return err
+	}
+	s.pushProcess("local cloud", p, 10*time.Second)
+	endpoint, err := waitFile(ctx, p, endpointFile, 30*time.Second)
+	if err != nil {
+		return processError(err, p)
+	}
+	token, err := os.ReadFile(filepath.Join(env.cloud(), server.TokenFile))
+	if err != nil {
+		return err
+	}
+	env.cloudClient, env.cloudEndpoint, env.vipPool = client.New(endpoint, strings.TrimSpace(string(token))), endpoint, net.VIPPool
+	regions, err := env.cloudClient.Regions(ctx)
+	if err != nil {
+		return processError(err, p)
+	}
+	s.p.step("local cloud", "serving at %s (pid %d; region %s, zones %s)", endpoint, p.PID(), regions[0].Name, strings.Join(regions[0].Zones, ", "))
+	return nil
+}
+
+// waitFile waits until a child writes path and returns its trimmed content.
+func waitFile(ctx context.Context, p *proc.Process, path string, timeout time.Duration) (string, error) {
+	deadline := time.After(timeout)
+	for {
+		if data, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(data))) > 0 {
+			return strings.TrimSpace(string(data)), nil
+		}
+		select {
+		case <-p.Done():
+			return "", fmt.Errorf("%w (%v)", errExited, p.ExitErr())
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-deadline:
+			return "", errors.New("not serving after " + timeout.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

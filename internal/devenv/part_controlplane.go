@@ -1,0 +1,58 @@
+package devenv
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/portside-io/portside/internal/controlplane"
+	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/tools"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// environment is what the started parts tell the later ones.
+type environment struct {
+	layout
+	restConfig *rest.Config
+	client     kubernetes.Interface
+	kubectl    string
+
+	cloudClient   *client.Client
+	cloudEndpoint string
+	vipPool       netip.Prefix
+
+	nodes []nodeInfo
+	ccm   *proc.Process
+}
+
+// startControlPlane starts etcd and kube-apiserver from `make tools`, with
+// durable state, and writes the admin kubeconfig.
+func startControlPlane(ctx context.Context, s *stack, env *environment) error {
+	binDir, err := tools.BinDir()
+	if err != nil {
+		return err
+	}
+	s.p.step("control plane", "starting etcd and kube-apiserver (state in %s)", env.controlPlane())
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true})
+	if err != nil {
+		return err
+	}
+	pids := cp.PIDs()
+	s.push(fmt.Sprintf("kube-apiserver (pid %d) and etcd (pid %d)", pids["kube-apiserver"], pids["etcd"]), cp.Stop, nil)
+	env.restConfig = cp.RESTConfig()
+	env.client, err = kubernetes.NewForConfig(env.restConfig)
+	if err != nil {
+		return err
+	}
+	v, err := env.client.Discovery().ServerVersion()
+	if err != nil {
+		return err
+	}
+	env.kubectl, _ = tools.Path(binDir, tools.Kubectl)
+	s.p.step("control plane", "Kubernetes %s ready at %s (kube-apiserver pid %d, etcd pid %d)", v.GitVersion, cp.URL, pids["kube-apiserver"], pids["etcd"])
+	return nil
+}

@@ -1,0 +1,58 @@
+package devenv
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/portside-io/portside/internal/proc"
+)
+
+// stack holds the parts started so far, to stop them in reverse order:
+// after a failed start, on Ctrl-C, on `portside down` and after --once.
+type stack struct {
+	p     *progress
+	parts []stopper
+}
+
+type stopper struct {
+	what string
+	stop func()
+	// done, if set, is closed when the part dies on its own.
+	done <-chan struct{}
+}
+
+func (s *stack) push(what string, stop func(), done <-chan struct{}) {
+	s.parts = append(s.parts, stopper{what: what, stop: stop, done: done})
+}
+
+// pushProcess registers a child process, stopped with SIGTERM then SIGKILL.
+func (s *stack) pushProcess(part string, p *proc.Process, grace time.Duration) {
+	s.push(fmt.Sprintf("%s (pid %d)", part, p.PID()), func() { p.Stop(grace) }, p.Done())
+}
+
+func (s *stack) stopAll() {
+	for i := len(s.parts) - 1; i >= 0; i-- {
+		s.p.step("shutdown", "stopping %s", s.parts[i].what)
+		s.parts[i].stop()
+	}
+	s.parts = nil
+}
+
+// exited reports the first part that dies on its own while the environment runs.
+func (s *stack) exited() <-chan string {
+	out := make(chan string, len(s.parts))
+	for _, part := range s.parts {
+		if part.done != nil {
+			go func() { <-part.done; out <- part.what }()
+		}
+	}
+	return out
+}
+
+// processError names a child that failed to start, its log, and the log's
+// last lines on one line, since the cause is usually there.
+func processError(cause error, p *proc.Process) error {
+	tail := strings.Join(strings.Fields(strings.ReplaceAll(p.LogTail(4), "\n", " | ")), " ")
+	return fmt.Errorf("%w (log %s; last lines: %s)", cause, p.LogPath, tail)
+}
