@@ -3,14 +3,17 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/portside-io/portside/internal/devenv"
 	"github.com/portside-io/portside/internal/tools"
 )
 
@@ -65,20 +68,34 @@ func assertNoProcessesUsing(t *testing.T, dir string) {
 	}
 }
 
+// TestUpOnce is `make demo DEMO_FLAGS=--once` from a fresh data directory:
+// the whole stack comes up, a request through a LoadBalancer VIP is answered
+// by a simulated node, and everything stops and is removed.
 func TestUpOnce(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	cmd := exec.Command(bin, "up", "--once", "--purge", "--data-dir", data)
 	cmd.Dir = root
+	began := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("portside up --once:\n%s", out)
+	t.Logf("portside up --once (%v):\n%s", time.Since(began).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatalf("portside up --once: %v", err)
 	}
-	for _, want := range []string{"kube-apiserver ready at https://127.0.0.1:", "Kubernetes v1.37.2 serving", "export KUBECONFIG=", "kube-system", "stopping kube-apiserver and etcd"} {
+	for _, want := range []string{
+		"Kubernetes v1.37.2 ready at https://127.0.0.1:",
+		"local cloud    serving at http://127.0.0.1:",
+		"3 registered like kubelets with --cloud-provider=external (3 new, 0 from an earlier run)",
+		"3/3 initialized by the ccm",
+		"export KUBECONFIG=",
+		"stopping ccm (pid", "stopping simulated nodes", "stopping local cloud (pid", "stopping kube-apiserver (pid",
+	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	if m := regexp.MustCompile(`GET http://127\.25[01]\.\d+\.\d+:8080/ → 200 OK from (node-\d)`).FindSubmatch(out); m == nil {
+		t.Errorf("output shows no request through the VIP answered by a node")
 	}
 	assertNoProcessesUsing(t, data)
 	if _, err := os.Stat(data); !os.IsNotExist(err) {
@@ -86,7 +103,11 @@ func TestUpOnce(t *testing.T) {
 	}
 }
 
-func TestUpThenDown(t *testing.T) {
+// TestUpStatusDownAndRerun: a running `portside up` shows initialized nodes
+// with zones and the demo load balancer in `portside status`; `portside
+// down` stops it and keeps state; a second run reuses the machines and
+// Nodes, and removes those beyond a smaller --nodes.
+func TestUpStatusDownAndRerun(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	up := exec.Command(bin, "up", "--data-dir", data)
@@ -111,6 +132,35 @@ func TestUpThenDown(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	vip := regexp.MustCompile(`the ccm gave it VIP (\S+);`).FindStringSubmatch(out.String())
+	if vip == nil {
+		t.Fatalf("no VIP in the output:\n%s", out.String())
+	}
+
+	table, err := exec.Command(bin, "status", "--data-dir", data).CombinedOutput()
+	t.Logf("portside status:\n%s", table)
+	if err != nil {
+		t.Fatalf("portside status: %v", err)
+	}
+	for _, re := range []string{
+		`node-1\s+zone-a\s+127\.\S+\s+local://i-\S+\s+yes`,
+		`node-2\s+zone-b\s+127\.\S+\s+local://i-\S+\s+yes`,
+		`node-3\s+zone-a\s+127\.\S+\s+local://i-\S+\s+yes`,
+		`demo/hello\s+` + regexp.QuoteMeta(vip[1]) + `\s+8080/TCP\s+active\s+3/3 healthy`,
+	} {
+		if !regexp.MustCompile(re).Match(table) {
+			t.Errorf("status lacks %s", re)
+		}
+	}
+	var rep devenv.Report
+	js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
+	if err != nil || json.Unmarshal(js, &rep) != nil {
+		t.Fatalf("portside status -o json: %v\n%s", err, js)
+	}
+	if len(rep.Nodes) != 3 || len(rep.LoadBalancers) != 1 || len(rep.LoadBalancers[0].Backends) != 3 || !rep.LoadBalancers[0].Backends[0].Healthy {
+		t.Errorf("status -o json = %s", js)
+	}
+
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
 	if !strings.Contains(string(second), "already running") || !strings.Contains(string(second), "portside down") {
@@ -135,4 +185,64 @@ func TestUpThenDown(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, "controlplane", "etcd")); err != nil {
 		t.Errorf("state not kept: %v", err)
 	}
+
+	// Again with the kept state and fewer nodes: the machines, Nodes and the
+	// load balancer's VIP are reused, the surplus node is removed.
+	rerun := exec.Command(bin, "up", "--once", "--nodes", "2", "--data-dir", data)
+	rerun.Dir = root
+	again, err := rerun.CombinedOutput()
+	t.Logf("portside up --once --nodes 2 (state kept):\n%s", again)
+	if err != nil {
+		t.Fatalf("rerun: %v", err)
+	}
+	for _, want := range []string{"removed 1 surplus nodes", "(0 new, 2 from an earlier run)", "2/2 initialized", "the ccm gave it VIP " + vip[1] + ";", "200 OK from node-"} {
+		if !strings.Contains(string(again), want) {
+			t.Errorf("rerun output lacks %q", want)
+		}
+	}
+	assertNoProcessesUsing(t, data)
+}
+
+// TestUpFailingPartStopsEverything: when a part fails to start, what was
+// started before it is stopped, and the error names the part and the cause.
+func TestUpFailingPartStopsEverything(t *testing.T) {
+	bin, root := buildPortside(t)
+
+	// The local cloud fails after the control plane is up: an empty token
+	// file is a damaged state it refuses to serve with.
+	data := filepath.Join(t.TempDir(), "up")
+	if err := os.MkdirAll(filepath.Join(data, "cloud"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "cloud", "token"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "up", "--once", "--data-dir", data)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	t.Logf("portside up with a damaged cloud state:\n%s", out)
+	if err == nil {
+		t.Fatal("portside up succeeded with an empty cloud token file")
+	}
+	for _, want := range []string{
+		"Kubernetes v1.37.2 ready", "local cloud did not start; stopping everything started so far",
+		"stopping local cloud (pid", "stopping kube-apiserver (pid",
+		"portside: error: local cloud: exited during start-up", "is empty",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	assertNoProcessesUsing(t, data)
+
+	// No control-plane binaries: the first part fails, naming `make tools`.
+	data = filepath.Join(t.TempDir(), "up")
+	cmd = exec.Command(bin, "up", "--once", "--data-dir", data)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), tools.EnvBinDir+"="+t.TempDir())
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "portside: error: control plane: etcd not found") || !strings.Contains(string(out), "make tools") {
+		t.Errorf("up without tools: %v\n%s", err, out)
+	}
+	assertNoProcessesUsing(t, data)
 }
