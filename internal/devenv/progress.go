@@ -48,7 +48,3 @@ func selfName() string {
 	}
 	return exe
 }
-
-func indent(s string) string {
-	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
-}
