@@ -4,18 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	cloudprovider "k8s.io/cloud-provider"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
+	routecontroller "k8s.io/cloud-provider/controllers/route"
 	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	"k8s.io/component-base/featuregate"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	_ "k8s.io/controller-manager/pkg/features/register" // the gates upstream's route controller reads
 
 	"github.com/portside-io/portside/internal/manager"
 	"github.com/portside-io/portside/pkg/cloud"
@@ -34,10 +40,14 @@ type contender struct {
 	Workers  int     `json:"workers"`
 	QPS      float32 `json:"qps"`
 	Burst    int     `json:"burst"`
-	// Controller is "node" (cloud node controller) or "service".
+	// Controller is "node" (cloud node controller), "service" or "route".
 	Controller  string `json:"controller"`
-	Kubeconfig  string `json:"kubeconfig"`
-	CloudConfig string `json:"cloudConfig"`
+	ClusterName string `json:"clusterName,omitempty"`
+	ClusterCIDR string `json:"clusterCIDR,omitempty"`
+	// FeatureGates for upstream's controllers, e.g. "A=true".
+	FeatureGates string `json:"featureGates,omitempty"`
+	Kubeconfig   string `json:"kubeconfig"`
+	CloudConfig  string `json:"cloudConfig"`
 }
 
 // runChild runs a contender until SIGTERM; returns the exit code.
@@ -60,8 +70,16 @@ func runChild(spec string) int {
 			o.Controllers = []string{"service"}
 			o.ConcurrentServiceSyncs = c.Workers
 		}
+		if c.Controller == "route" {
+			o.Controllers = []string{"route"}
+			o.AllocateNodeCIDRs, o.ClusterCIDR, o.ClusterName = true, c.ClusterCIDR, c.ClusterName
+			o.ConcurrentRouteSyncs = c.Workers
+		}
 		o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
-		o.ConcurrentNodeSyncs, o.KubeAPIQPS, o.KubeAPIBurst = c.Workers, c.QPS, c.Burst
+		o.KubeAPIQPS, o.KubeAPIBurst = c.QPS, c.Burst
+		if c.Controller != "route" {
+			o.ConcurrentNodeSyncs = c.Workers
+		}
 		err = manager.Run(ctx, o, manager.DefaultControllers(), nil)
 	}
 	if err != nil {
@@ -91,6 +109,9 @@ func runUpstream(ctx context.Context, c contender) error {
 	}
 	factory := informers.NewSharedInformerFactory(client, 12*time.Hour)
 	metrics := controllersmetrics.NewControllerManagerMetrics("bench")
+	if c.Controller == "route" {
+		return runUpstreamRoutes(ctx, c, client, factory, upstream.ToUpstream(p), metrics)
+	}
 	if c.Controller == "service" {
 		sc, err := servicecontroller.New(upstream.ToUpstream(p), client, factory.Core().V1().Services(), factory.Core().V1().Nodes(),
 			"kubernetes", featuregate.NewFeatureGate())
@@ -108,5 +129,35 @@ func runUpstream(ctx context.Context, c contender) error {
 	}
 	factory.Start(ctx.Done())
 	nc.RunWithContext(ctx, metrics)
+	return nil
+}
+
+// runUpstreamRoutes runs k8s.io/cloud-provider's route controller as
+// upstream's CCM does: --route-reconciliation-period 10s.
+func runUpstreamRoutes(ctx context.Context, c contender, client kubernetes.Interface, factory informers.SharedInformerFactory,
+	cp cloudprovider.Interface, metrics *controllersmetrics.ControllerManagerMetrics) error {
+	if c.FeatureGates != "" {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(c.FeatureGates); err != nil {
+			return err
+		}
+	}
+	routes, ok := cp.Routes()
+	if !ok {
+		return fmt.Errorf("provider has no routes")
+	}
+	var cidrs []*net.IPNet
+	for _, s := range strings.Split(c.ClusterCIDR, ",") {
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return err
+		}
+		cidrs = append(cidrs, n)
+	}
+	rc, err := routecontroller.New(routes, client, factory.Core().V1().Nodes(), c.ClusterName, cidrs)
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	rc.Run(ctx, 10*time.Second, metrics)
 	return nil
 }
