@@ -43,14 +43,11 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
 			return invalid("targetNode %q: no instance has that name", rt.TargetNode)
 		}
 		rt.TargetInstance = id
-		routes, err := store.List[api.Route](tx, store.Routes)
-		if err != nil {
-			return err
+		if other, cidr, ok := tx.OverlappingRoute(rt.Cluster, dst); ok {
+			return conflict("destinationCIDR %s overlaps route %q (%s)", rt.DestinationCIDR, other, cidr)
 		}
-		for _, other := range routes {
-			if other.Cluster == rt.Cluster && netip.MustParsePrefix(other.DestinationCIDR).Overlaps(dst) {
-				return conflict("destinationCIDR %s overlaps route %q (%s)", rt.DestinationCIDR, other.Name, other.DestinationCIDR)
-			}
+		if err := tx.IndexRoute(rt.Cluster, dst, rt.Name); err != nil {
+			return err
 		}
 		return tx.Put(store.Routes, rt.Name, rt)
 	})
@@ -78,8 +75,17 @@ func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	err := s.store.Update(func(tx *store.Tx) error {
-		if !tx.Exists(store.Routes, name) {
+		rt, ok, err := store.Get[api.Route](tx, store.Routes, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return notFound("route %q not found", name)
+		}
+		if dst, err := netip.ParsePrefix(rt.DestinationCIDR); err == nil {
+			if err := tx.UnindexRoute(rt.Cluster, dst); err != nil {
+				return err
+			}
 		}
 		return tx.Delete(store.Routes, name)
 	})
@@ -96,4 +102,25 @@ func (s *Server) RouteCount() int {
 		return err
 	})
 	return n
+}
+
+// reindexRoutes rebuilds the route index from the routes at start.
+func (s *Server) reindexRoutes() error {
+	return s.store.Update(func(tx *store.Tx) error {
+		if err := tx.ClearRouteIndex(); err != nil {
+			return err
+		}
+		routes, err := store.List[api.Route](tx, store.Routes)
+		if err != nil {
+			return err
+		}
+		for _, rt := range routes {
+			if dst, err := netip.ParsePrefix(rt.DestinationCIDR); err == nil {
+				if err := tx.IndexRoute(rt.Cluster, dst, rt.Name); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -97,6 +97,10 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	if err := s.reindexRoutes(); err != nil {
+		_ = s.store.Close()
+		return nil, fmt.Errorf("rebuild route index: %w", err)
+	}
 	if err := s.restore(ctx); err != nil {
 		s.Close()
 		return nil, err

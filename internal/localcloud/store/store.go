@@ -27,7 +27,7 @@ const (
 	IPs = "ips"
 )
 
-var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, Meta, IPs}
+var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, Meta, IPs, RouteCIDRs}
 
 // Store is an open state file.
 type Store struct{ db *bolt.DB }
