@@ -22,7 +22,7 @@ import (
 type Options struct {
 	// DataDir keeps the environment's state between runs.
 	DataDir string
-	// Nodes is the number of simulated nodes; default 3.
+	// Nodes is the number of simulated nodes, 1 to MaxNodes.
 	Nodes int
 	// Once verifies the environment (a request through a LoadBalancer VIP)
 	// and stops, for scripts and tests.
@@ -42,9 +42,6 @@ const pidFileName = "portside-up.pid"
 // until it has shown a request through a LoadBalancer VIP). Whatever fails,
 // everything started so far is stopped before Up returns.
 func Up(ctx context.Context, opts Options) (err error) {
-	if opts.Nodes == 0 {
-		opts.Nodes = 3
-	}
 	if opts.Nodes < 1 || opts.Nodes > MaxNodes {
 		return fmt.Errorf("--nodes %d is out of range 1-%d", opts.Nodes, MaxNodes)
 	}
