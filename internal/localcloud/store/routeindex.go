@@ -42,15 +42,12 @@ func (t *Tx) OverlappingRoute(cluster string, p netip.Prefix) (string, netip.Pre
 	}
 	// A route inside p: its address lies in p's range, so its key sorts
 	// between p's first and last address.
-	lastAddr := lastAddress(p)
 	head := append([]byte(cluster), 0, familyOf(p))
-	c := b.Cursor()
-	for k, v := c.Seek(routeKey(cluster, netip.PrefixFrom(p.Addr(), 0))); k != nil && bytes.HasPrefix(k, head); k, v = c.Next() {
-		a, _ := netip.AddrFromSlice(k[len(head) : len(k)-1])
-		if a.Compare(lastAddr) > 0 {
-			break
+	k, v := b.Cursor().Seek(routeKey(cluster, netip.PrefixFrom(p.Addr(), 0)))
+	if k != nil && bytes.HasPrefix(k, head) {
+		if a, _ := netip.AddrFromSlice(k[len(head) : len(k)-1]); a.Compare(lastAddress(p)) <= 0 {
+			return string(v), netip.PrefixFrom(a, int(k[len(k)-1])), true
 		}
-		return string(v), netip.PrefixFrom(a, int(k[len(k)-1])), true
 	}
 	return "", netip.Prefix{}, false
 }
