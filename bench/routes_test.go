@@ -58,7 +58,7 @@ func BenchmarkRoutes(b *testing.B) {
 		cloud *localcloudtest.Cloud
 	}
 	sides := []*side{
-		{c: contender{Name: "portside-defaults", Controller: "route", Workers: 32, QPS: 200, Burst: 400, ClusterName: "bench-portside"}},
+		{c: contender{Name: "portside-defaults", Controller: "route", Workers: 200, QPS: 200, Burst: 400, ClusterName: "bench-portside"}},
 		{c: contender{Name: "upstream-defaults", Controller: "route", Upstream: true, QPS: 20, Burst: 30, ClusterName: "bench-upstream"}},
 		// Upstream's alpha alternative (KEP-5237): reconciles on node events,
 		// at most every 10 s.
@@ -143,9 +143,48 @@ func BenchmarkRoutes(b *testing.B) {
 		b.Logf("%-18s %.0f cloud calls in %v of steady state", s.c.Name, calls[i], steady)
 		b.ReportMetric(calls[i], s.c.Name+"-steady-calls")
 	}
-	b.Logf("node and event writes by both in steady state: %.0f", nodeWrites(b, client)-writesBefore)
+	b.Logf("node and event writes by all in steady state: %.0f", nodeWrites(b, client)-writesBefore)
 	if calls[0] > 0 {
 		b.ReportMetric(calls[1]/calls[0], "fewer-calls-than-upstream")
+	}
+
+	// Churn: every 10 s one node joins and one leaves; the calls each
+	// controller makes for it (the new node's route, the old one's delete)
+	// and around it.
+	churn := 2 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("PORTSIDE_BENCH_ROUTE_CHURN")); err == nil && d > 0 {
+		churn = d
+	}
+	for i, s := range sides {
+		before[i] = totalCalls(s.cloud)
+	}
+	changes := 0
+	for next := n; time.Duration(changes)*10*time.Second < churn; next++ {
+		spec := nodesim.NodeSpec{Name: fmt.Sprintf("route-node-%05d", next), PodCIDRs: []string{fmt.Sprintf("10.%d.%d.0/24", 64+next/256, next%256)}}
+		for _, s := range sides {
+			if _, err := s.cloud.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: spec.Name, Zone: "zone-a"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := sim.Register(ctx, []nodesim.NodeSpec{spec}); err != nil {
+			b.Fatal(err)
+		}
+		if err := sim.Delete(ctx, []string{specs[changes].Name}); err != nil {
+			b.Fatal(err)
+		}
+		changes++
+		time.Sleep(10 * time.Second)
+	}
+	time.Sleep(20 * time.Second)
+	for i, s := range sides {
+		c := float64(totalCalls(s.cloud) - before[i])
+		// The harness's own instance creates are not the controller's.
+		c -= float64(changes)
+		b.Logf("%-18s %.0f cloud calls for %d nodes joining and %d leaving over %v", s.c.Name, c, changes, changes, time.Duration(changes)*10*time.Second)
+		b.ReportMetric(c, s.c.Name+"-churn-calls")
+		if got := s.cloud.Server.RouteCount(); got != n {
+			b.Errorf("%s: %d routes after churn, want %d", s.c.Name, got, n)
+		}
 	}
 }
 

@@ -27,13 +27,14 @@ func printStatus(w io.Writer, rep *devenv.Report, output string) error {
 	}
 	fmt.Fprintf(w, "portside up (pid %d), data in %s\nkube-apiserver %s, local cloud %s\n\n", rep.PID, rep.DataDir, rep.APIServer, rep.Cloud)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tZONE\tINTERNAL-IP\tPROVIDER-ID\tINITIALIZED")
+	fmt.Fprintln(tw, "NODE\tZONE\tINTERNAL-IP\tPROVIDER-ID\tPOD-CIDR\tROUTE\tINITIALIZED")
 	for _, n := range rep.Nodes {
 		init := "yes"
 		if !n.Initialized {
 			init = "no: " + n.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Zone), dash(n.InternalIP), dash(n.ProviderID), init)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Zone), dash(n.InternalIP), dash(n.ProviderID),
+			dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), init)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

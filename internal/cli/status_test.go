@@ -14,7 +14,8 @@ import (
 func TestPrintStatus(t *testing.T) {
 	rep := &devenv.Report{PID: 1, DataDir: "/d",
 		Nodes: []devenv.NodeStatus{
-			{Name: "node-1", Zone: "zone-a", ProviderID: "local://i-1", InternalIP: "127.1.0.2", Initialized: true},
+			{Name: "node-1", Zone: "zone-a", ProviderID: "local://i-1", InternalIP: "127.1.0.2", Initialized: true,
+				PodCIDRs: []string{"10.244.0.0/24"}, Route: "routed"},
 			{Name: "stray", Reason: "uninitialized taint still set; last warning: InstanceNotFound: no instance"},
 		},
 		LoadBalancers: []devenv.LBStatus{{Name: "lb1", Service: "demo/hello", VIPs: []string{"127.250.0.2"}, Ports: []string{"8080/TCP"}, State: "active",
@@ -25,8 +26,8 @@ func TestPrintStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"node-1  zone-a  127.1.0.2    local://i-1  yes",
-		"stray   -       -            -            no: uninitialized taint still set; last warning: InstanceNotFound",
+		"node-1  zone-a  127.1.0.2    local://i-1  10.244.0.0/24  routed  yes",
+		"stray   -       -            -            -              -       no: uninitialized taint still set; last warning: InstanceNotFound",
 		"demo/hello  127.250.0.2  8080/TCP  active  1/2 healthy (node-2 unhealthy: connection refused)",
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -16,7 +16,8 @@ import (
 
 // ccmArgs are the flags `portside up` runs `portside ccm` with: the local
 // provider, the environment's kubeconfig, health and metrics on a free
-// loopback port, and no leader election (there is one replica).
+// loopback port, no leader election (there is one replica), and pod CIDRs
+// and cloud routes for every node (the service range is the apiserver's).
 func ccmArgs(kubeconfig, cloudConfig string) []string {
 	return []string{
 		"ccm",
@@ -26,8 +27,18 @@ func ccmArgs(kubeconfig, cloudConfig string) []string {
 		"--secure-port=0",
 		"--bind-address=127.0.0.1",
 		"--leader-elect=false",
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + ClusterCIDR,
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--configure-cloud-routes=true",
 	}
 }
+
+// The environment's pod and service ranges.
+const (
+	ClusterCIDR = "10.244.0.0/16"
+	ServiceCIDR = "10.96.0.0/16"
+)
 
 // servingLine is the CCM's log line that names its health address.
 var servingLine = regexp.MustCompile(`"Serving health and metrics" address="(https://[^"]+)"`)

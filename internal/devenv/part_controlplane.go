@@ -37,7 +37,7 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		return err
 	}
 	s.p.step("control plane", "starting etcd and kube-apiserver (state in %s)", env.controlPlane())
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: ServiceCIDR})
 	if err != nil {
 		return err
 	}

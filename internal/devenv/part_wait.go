@@ -9,8 +9,9 @@ import (
 )
 
 // waitNodesInitialized waits until the CCM has initialized every simulated
-// node (providerID set, uninitialized taint gone), reporting progress for
-// large clusters and, on timeout, why a node is not initialized.
+// node (providerID set, uninitialized taint gone, pod CIDRs assigned and
+// routed), reporting progress for large clusters and, on timeout, why a
+// node is not there yet.
 func waitNodesInitialized(ctx context.Context, s *stack, env *environment) error {
 	began := time.Now()
 	timeout := 2*time.Minute + time.Duration(len(env.nodes))*100*time.Millisecond
@@ -22,14 +23,24 @@ func waitNodesInitialized(ctx context.Context, s *stack, env *environment) error
 		}
 		done, waiting := 0, ""
 		for i := range list.Items {
-			if ok, why := nodeInitialized(&list.Items[i]); ok {
+			n := &list.Items[i]
+			ok, why := nodeInitialized(n)
+			if route := routeState(n); ok && route != "routed" {
+				ok, why = false, "no route yet"
+				if len(n.Spec.PodCIDRs) == 0 {
+					why = "no pod CIDR yet"
+				} else if route != "" {
+					why = "no route yet: " + route
+				}
+			}
+			if ok {
 				done++
 			} else if waiting == "" {
-				waiting = list.Items[i].Name + ": " + why
+				waiting = n.Name + ": " + why
 			}
 		}
 		if done >= len(env.nodes) {
-			s.p.step("nodes", "%d/%d initialized by the ccm in %.1fs (zones and providerIDs set, taint removed)", done, len(env.nodes), time.Since(began).Seconds())
+			s.p.step("nodes", "%d/%d initialized by the ccm in %.1fs (zones and providerIDs set, taint removed, pod CIDRs from %s routed in the cloud)", done, len(env.nodes), time.Since(began).Seconds(), ClusterCIDR)
 			return nil
 		}
 		if time.Since(began) > timeout {

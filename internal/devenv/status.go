@@ -42,6 +42,11 @@ type NodeStatus struct {
 	Initialized bool   `json:"initialized"`
 	// Reason says why a node is not initialized (or is not ready).
 	Reason string `json:"reason,omitempty"`
+	// PodCIDRs come from the CCM's node IPAM controller.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// Route is the route controller's NetworkUnavailable verdict: "routed",
+	// or the condition's reason while the node has no route.
+	Route string `json:"route,omitempty"`
 }
 
 // LBStatus is one load balancer of the cloud with its backends' health as
@@ -125,6 +130,7 @@ func nodeStatuses(ctx context.Context, kc kubernetes.Interface) ([]NodeStatus, e
 			}
 		}
 		st.Initialized, st.Reason = nodeInitialized(n)
+		st.PodCIDRs, st.Route = n.Spec.PodCIDRs, routeState(n)
 		if w, ok := warnings[n.Name]; ok && !st.Initialized {
 			st.Reason += "; last warning: " + w.Reason + ": " + w.Message
 		}
@@ -132,6 +138,19 @@ func nodeStatuses(ctx context.Context, kc kubernetes.Interface) ([]NodeStatus, e
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return compareNodeNames(a.Name, b.Name) })
 	return out, nil
+}
+
+// routeState reads the NetworkUnavailable condition the route controller sets.
+func routeState(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			if c.Status == corev1.ConditionFalse {
+				return "routed"
+			}
+			return c.Reason
+		}
+	}
+	return ""
 }
 
 // nodeInitialized says whether the CCM has initialized a node, and if not why.

@@ -28,8 +28,9 @@ type NetworkOptions struct {
 	// Portside's route controller follows node events and only needs the
 	// full list to repair routes changed behind its back, so 5 minutes.
 	RouteReconciliationPeriod time.Duration
-	// ConcurrentRouteSyncs bounds route calls in flight (upstream: 200, in
-	// bursts every period).
+	// ConcurrentRouteSyncs bounds route calls in flight. 200 as upstream's
+	// bound: some clouds take tens of seconds per route call, and a cloud
+	// that wants less says so with Retry-After, honoured per node.
 	ConcurrentRouteSyncs int
 }
 
@@ -38,7 +39,7 @@ func defaultNetworkOptions() NetworkOptions {
 		CIDRAllocatorType:         nodeipam.RangeAllocator,
 		ConfigureCloudRoutes:      true,
 		RouteReconciliationPeriod: 5 * time.Minute,
-		ConcurrentRouteSyncs:      32,
+		ConcurrentRouteSyncs:      200,
 	}
 }
 

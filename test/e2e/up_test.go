@@ -143,9 +143,9 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 		t.Fatalf("portside status: %v", err)
 	}
 	for _, re := range []string{
-		`node-1\s+zone-a\s+127\.\S+\s+local://i-\S+\s+yes`,
-		`node-2\s+zone-b\s+127\.\S+\s+local://i-\S+\s+yes`,
-		`node-3\s+zone-a\s+127\.\S+\s+local://i-\S+\s+yes`,
+		`node-1\s+zone-a\s+127\.\S+\s+local://i-\S+\s+10\.244\.\d+\.0/24\s+routed\s+yes`,
+		`node-2\s+zone-b\s+127\.\S+\s+local://i-\S+\s+10\.244\.\d+\.0/24\s+routed\s+yes`,
+		`node-3\s+zone-a\s+127\.\S+\s+local://i-\S+\s+10\.244\.\d+\.0/24\s+routed\s+yes`,
 		`demo/hello\s+` + regexp.QuoteMeta(vip[1]) + `\s+8080/TCP\s+active\s+3/3 healthy`,
 	} {
 		if !regexp.MustCompile(re).Match(table) {
