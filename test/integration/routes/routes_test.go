@@ -5,11 +5,15 @@ package routes
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +40,8 @@ type fixture struct {
 	client kubernetes.Interface
 	sim    *nodesim.Simulator
 	opts   *manager.Options
+	// metrics is the running CCM's /metrics URL.
+	metrics string
 }
 
 // startCCM runs the CCM in-process until the returned stop is called.
@@ -50,7 +56,8 @@ func (f *fixture) startCCM() (stop func()) {
 		}
 	}()
 	select {
-	case <-addr:
+	case a := <-addr:
+		f.metrics = "https://" + a + "/metrics"
 	case <-time.After(30 * time.Second):
 		f.t.Fatal("CCM did not start serving")
 	}
@@ -285,6 +292,51 @@ func TestPodCIDRsAndRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitRouted("rt-6")
+
+	// The cloud throttles (429, Retry-After 1 s): the route waits, then lands.
+	if err := f.sim.Delete(ctx, []string{"rt-6"}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(10*time.Second, "rt-6's routes deleted", func() (bool, string) {
+		r := f.routes()
+		return len(r["rt-6"]) == 0, fmt.Sprint(r)
+	})
+	if err := f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "POST", PathPrefix: "/v1/routes", ThrottleRate: 1, RetryAfterSeconds: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.addNode("rt-7")
+	f.eventually(10*time.Second, "a throttled route call", func() (bool, string) {
+		m := f.scrape()
+		return strings.Contains(m, `portside_ccm_route_cloud_calls_total{operation="create",result="throttled"}`), "no throttled create in /metrics"
+	})
+	if err := f.cloud.Client.SetFaults(ctx, api.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitRouted("rt-7")
+	m := f.scrape()
+	for _, want := range []string{
+		`portside_ccm_nodeipam_cidrs_used{cluster_cidr="10.100.0.0/22"} 4`,
+		`portside_ccm_nodeipam_cidrs_total{cluster_cidr="10.100.0.0/22"} 4`,
+		`portside_ccm_nodeipam_allocations_total{result="success"}`,
+		`portside_ccm_route_cloud_calls_total{operation="list",result="success"}`,
+		`portside_ccm_route_cloud_calls_total{operation="delete",result="success"}`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func (f *fixture) scrape() string {
+	f.t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(f.metrics)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
 
 func TestCloudAllocator(t *testing.T) {
