@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/portside-io/portside/internal/controllers/podcidr"
 	"github.com/portside-io/portside/internal/controllers/queue"
 	"github.com/portside-io/portside/pkg/cloud"
 )
@@ -108,7 +110,7 @@ func New(cfg Config) (*Controller, error) {
 		AddFunc: func(obj any) { c.queue.Add(obj.(*corev1.Node).Name) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*corev1.Node), obj.(*corev1.Node)
-			if len(n.Spec.PodCIDRs) == 0 || !equalStrings(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
+			if len(n.Spec.PodCIDRs) == 0 || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
 				c.queue.Add(n.Name)
 			}
 		},
@@ -134,7 +136,7 @@ func (c *Controller) Run(ctx context.Context) {
 	if c.alloc != nil {
 		nodes, _ := c.lister.List(labels.Everything())
 		for _, n := range nodes {
-			if cidrs, err := parseCIDRs(n.Spec.PodCIDRs); err == nil && len(cidrs) > 0 {
+			if cidrs, err := podcidr.Parse(n.Spec.PodCIDRs); err == nil && len(cidrs) > 0 {
 				c.alloc.occupy(n.Name, cidrs)
 			}
 		}
@@ -156,7 +158,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	if len(node.Spec.PodCIDRs) > 0 {
-		cidrs, err := parseCIDRs(node.Spec.PodCIDRs)
+		cidrs, err := podcidr.Parse(node.Spec.PodCIDRs)
 		if err != nil {
 			return nil // the apiserver validates podCIDRs; nothing to do with a bad one
 		}
@@ -238,28 +240,4 @@ func (c *Controller) usage() map[string][2]int {
 		return nil
 	}
 	return c.alloc.usage()
-}
-
-func parseCIDRs(in []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(in))
-	for _, s := range in {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@ package route
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/portside-io/portside/internal/controllers/podcidr"
 	"github.com/portside-io/portside/internal/controllers/queue"
 	"github.com/portside-io/portside/pkg/cloud"
 )
@@ -81,7 +83,7 @@ func New(cfg Config) (*Controller, error) {
 		AddFunc: func(obj any) { c.routes.Add(obj.(*corev1.Node).Name) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*corev1.Node), obj.(*corev1.Node)
-			if !equalStrings(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
+			if !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
 				c.routes.Add(n.Name)
 			} else if c.conditionOutdated(n) {
 				c.status.Add(n.Name) // someone else changed the condition
@@ -147,7 +149,7 @@ func (c *Controller) resync(ctx context.Context) error {
 	queued := 0
 	for _, n := range nodes {
 		exists[n.Name] = true
-		cidrs, err := parseCIDRs(n.Spec.PodCIDRs)
+		cidrs, err := podcidr.Parse(n.Spec.PodCIDRs)
 		if err != nil || len(cidrs) == 0 {
 			continue
 		}
@@ -219,28 +221,4 @@ func networkCondition(n *corev1.Node) *corev1.NodeCondition {
 		}
 	}
 	return nil
-}
-
-func parseCIDRs(in []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(in))
-	for _, s := range in {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

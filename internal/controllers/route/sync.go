@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/portside-io/portside/internal/controllers/podcidr"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -40,7 +41,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	cidrs, err := parseCIDRs(node.Spec.PodCIDRs)
+	cidrs, err := podcidr.Parse(node.Spec.PodCIDRs)
 	if err != nil || len(cidrs) == 0 {
 		return nil // no pod CIDR yet: nothing to route, no condition (as upstream)
 	}
