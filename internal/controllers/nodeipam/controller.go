@@ -115,10 +115,7 @@ func New(cfg Config) (*Controller, error) {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
+			if n, ok := queue.Untombstone(obj).(*corev1.Node); ok {
 				c.queue.Add(n.Name)
 			}
 		},

@@ -15,6 +15,7 @@ import (
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -95,4 +96,13 @@ func processNext(ctx context.Context, q Queue, sync func(context.Context, string
 		logger.V(2).Info("Retrying with backoff", "key", key, "retries", q.NumRequeues(key), "err", err)
 	}
 	return true
+}
+
+// Untombstone returns the object of a delete event, which the informer
+// hands over wrapped when it missed the delete itself.
+func Untombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
 }
