@@ -1,0 +1,52 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/portside-io/portside/internal/localcloud/dataplane"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// BenchmarkSetBackends: replacing the backends of 100 load balancers with
+// 501 backends each, 16 clients at once (what a CCM does when a node joins a
+// large cluster). Reported per load balancer.
+func BenchmarkSetBackends(b *testing.B) {
+	opts := testPools()
+	opts.DataPlane = dataplane.Options{NoHealthChecks: true} // as the LB benchmark: only the API path
+	srv, err := New(context.Background(), filepath.Join(b.TempDir(), StateFile), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); srv.Close() }()
+	c := client.New(hs.URL, testToken)
+	ctx := context.Background()
+	const lbs, backends = 100, 500
+	hosts := make([]api.Backend, backends)
+	for i := range hosts {
+		hosts[i] = api.Backend{Name: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)}
+	}
+	for i := range lbs {
+		if _, err := c.PutLoadBalancer(ctx, fmt.Sprintf("lb-%d", i), api.LoadBalancerSpec{Cluster: "bench",
+			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 8000 + i, BackendPort: 30000 + i}}, Backends: hosts}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		next := append(hosts[:backends:backends], api.Backend{Name: fmt.Sprintf("new-%d", n), Address: fmt.Sprintf("127.78.0.%d", n%250+1)})
+		workqueue.ParallelizeUntil(ctx, 16, lbs, func(i int) {
+			if _, err := c.SetBackends(ctx, fmt.Sprintf("lb-%d", i), next); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*lbs), "µs/lb")
+}
