@@ -89,8 +89,9 @@ func (o *NetworkOptions) network() (Network, error) {
 		return n, err
 	}
 	for i, c := range n.ClusterCIDRs {
-		if m := n.NodeMaskSizes[i]; m < c.Bits() || m > c.Addr().BitLen() {
-			return n, fmt.Errorf("node CIDR mask size /%d does not fit cluster CIDR %s: it must be between /%d and /%d", m, c, c.Bits(), c.Addr().BitLen())
+		// The allocator's own checks: the mask fits, the subnets are not too many.
+		if _, err := nodeipam.NewCIDRSet(c, n.NodeMaskSizes[i]); err != nil {
+			return n, err
 		}
 	}
 	return n, nil

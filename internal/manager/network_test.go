@@ -25,7 +25,13 @@ func TestNetworkOptionsValidation(t *testing.T) {
 		}, "not allowed for a single-stack IPv4 cluster", nil},
 		{func(o *NetworkOptions) {
 			o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSize = true, "10.244.0.0/16", 8
-		}, "does not fit cluster CIDR", nil},
+		}, "does not fit in cluster CIDR", nil},
+		{func(o *NetworkOptions) {
+			o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSize = true, "10.0.0.0/8", 26
+		}, "", []int{26}},
+		{func(o *NetworkOptions) {
+			o.AllocateNodeCIDRs, o.ClusterCIDR, o.NodeCIDRMaskSizeIPv6 = true, "fd00::/32", 64
+		}, "more than 2^16 node subnets", nil},
 		{func(o *NetworkOptions) { o.AllocateNodeCIDRs, o.CIDRAllocatorType = true, "IPAMFromCloud" }, "not supported", nil},
 		{func(o *NetworkOptions) {
 			o.AllocateNodeCIDRs, o.CIDRAllocatorType, o.ConfigureCloudRoutes = true, "CloudAllocator", false

@@ -118,6 +118,10 @@ func (o *Options) Validate(known []Controller) error {
 	if o.CloudProvider == "" {
 		errs = append(errs, "--cloud-provider is required")
 	}
+	if strings.TrimSpace(o.ClusterName) == "" {
+		// Cloud resources are tagged and listed by it; empty would match every cluster's.
+		errs = append(errs, "--cluster-name must not be empty (default: kubernetes)")
+	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, "--kube-api-qps and --kube-api-burst must be positive")
 	}

@@ -69,9 +69,7 @@ func (a *rangeAllocator) release(node string) bool {
 func (a *rangeAllocator) releaseLocked(cidrs []netip.Prefix) {
 	for _, c := range cidrs {
 		for _, s := range a.sets {
-			if s.Contains(c) {
-				s.Release(c)
-			}
+			s.Release(c) // a no-op outside the set; any size (a mask changed since)
 		}
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"net/netip"
 )
 
-// maxSubnetBits bounds a cluster CIDR to 2^16 node subnets (upstream's limit
-// too): the set is a bitmap held in memory.
-const maxSubnetBits = 16
+// maxSubnetBits bounds the node subnets of an IPv6 cluster CIDR to 2^16
+// (upstream's limit); IPv4 allows 2^24 (a 2 MiB bitmap).
+const maxSubnetBits, maxSubnetBitsIPv4 = 16, 24
 
 // ErrExhausted is returned when a cluster CIDR has no free node subnet.
 var ErrExhausted = errors.New("no free pod CIDR left in the cluster CIDR")
@@ -19,7 +19,8 @@ var ErrExhausted = errors.New("no free pod CIDR left in the cluster CIDR")
 type CIDRSet struct {
 	cluster  netip.Prefix
 	nodeBits int
-	used     []bool
+	used     []uint64 // bitmap of taken subnets
+	size     int
 	inUse    int
 	next     int // where the next search starts, so freed subnets are reused last
 }
@@ -30,33 +31,56 @@ func NewCIDRSet(cluster netip.Prefix, nodeBits int) (*CIDRSet, error) {
 	if nodeBits < cluster.Bits() || nodeBits > cluster.Addr().BitLen() {
 		return nil, fmt.Errorf("node CIDR mask size /%d does not fit in cluster CIDR %s: it must be between /%d and /%d", nodeBits, cluster, cluster.Bits(), cluster.Addr().BitLen())
 	}
-	if nodeBits-cluster.Bits() > maxSubnetBits {
-		return nil, fmt.Errorf("cluster CIDR %s with node CIDR mask size /%d has more than 2^%d node subnets: use a larger mask size (at most /%d) or a smaller cluster CIDR", cluster, nodeBits, maxSubnetBits, cluster.Bits()+maxSubnetBits)
+	limit := maxSubnetBits
+	if cluster.Addr().Is4() {
+		limit = maxSubnetBitsIPv4
 	}
-	return &CIDRSet{cluster: cluster, nodeBits: nodeBits, used: make([]bool, 1<<(nodeBits-cluster.Bits()))}, nil
+	if nodeBits-cluster.Bits() > limit {
+		return nil, fmt.Errorf("cluster CIDR %s with node CIDR mask size /%d has more than 2^%d node subnets: use a mask size of at most /%d or a smaller cluster CIDR", cluster, nodeBits, limit, cluster.Bits()+limit)
+	}
+	size := 1 << (nodeBits - cluster.Bits())
+	return &CIDRSet{cluster: cluster, nodeBits: nodeBits, size: size, used: make([]uint64, (size+63)/64)}, nil
 }
 
 // Cluster is the set's cluster CIDR.
 func (s *CIDRSet) Cluster() netip.Prefix { return s.cluster }
 
 // Size is the number of node subnets; Used how many are taken.
-func (s *CIDRSet) Size() int { return len(s.used) }
+func (s *CIDRSet) Size() int { return s.size }
+
+func (s *CIDRSet) taken(i int) bool { return s.used[i/64]&(1<<(i%64)) != 0 }
+
+func (s *CIDRSet) set(i int, used bool) {
+	if s.taken(i) == used {
+		return
+	}
+	s.used[i/64] ^= 1 << (i % 64)
+	if used {
+		s.inUse++
+	} else {
+		s.inUse--
+	}
+}
 
 // Used is the number of subnets taken.
 func (s *CIDRSet) Used() int { return s.inUse }
 
 // Allocate takes the next free subnet.
 func (s *CIDRSet) Allocate() (netip.Prefix, error) {
-	for i := range len(s.used) {
-		idx := (s.next + i) % len(s.used)
-		if !s.used[idx] {
-			s.used[idx] = true
-			s.inUse++
-			s.next = (idx + 1) % len(s.used)
+	for n := 0; n < s.size; {
+		idx := (s.next + n) % s.size
+		if idx%64 == 0 && s.used[idx/64] == ^uint64(0) && idx+64 <= s.size {
+			n += 64 // a full word
+			continue
+		}
+		if !s.taken(idx) {
+			s.set(idx, true)
+			s.next = (idx + 1) % s.size
 			return s.subnet(idx), nil
 		}
+		n++
 	}
-	return netip.Prefix{}, fmt.Errorf("%w %s (%d subnets of /%d, all in use)", ErrExhausted, s.cluster, len(s.used), s.nodeBits)
+	return netip.Prefix{}, fmt.Errorf("%w %s (%d subnets of /%d, all in use)", ErrExhausted, s.cluster, s.size, s.nodeBits)
 }
 
 // Occupy marks every subnet overlapping p as taken (a node's existing pod
@@ -76,7 +100,7 @@ func (s *CIDRSet) mark(p netip.Prefix, used bool) {
 	if p.Addr().Is4() != s.cluster.Addr().Is4() || !p.Overlaps(s.cluster) {
 		return
 	}
-	first, last := 0, len(s.used)-1
+	first, last := 0, s.size-1
 	if p.Bits() > s.cluster.Bits() { // p inside the cluster CIDR
 		first = s.index(p.Addr())
 		last = first
@@ -85,14 +109,7 @@ func (s *CIDRSet) mark(p netip.Prefix, used bool) {
 		}
 	}
 	for i := first; i <= last; i++ {
-		if s.used[i] != used {
-			s.used[i] = used
-			if used {
-				s.inUse++
-			} else {
-				s.inUse--
-			}
-		}
+		s.set(i, used)
 	}
 }
 

@@ -93,3 +93,32 @@ func TestRangeAllocatorIsIdempotentAndRebuildsFromNodes(t *testing.T) {
 		t.Fatalf("n3 after n1 released: %v %v", got, err)
 	}
 }
+
+func TestCIDRSetLargeIPv4AndOddSizes(t *testing.T) {
+	s, err := NewCIDRSet(netip.MustParsePrefix("10.0.0.0/8"), 26) // 2^18 subnets
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 70 { // across a bitmap word
+		if _, err := s.Allocate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := s.Allocate(); p.String() != "10.0.17.128/26" {
+		t.Fatalf("71st subnet %s", p)
+	}
+	// A node given a /25 by hand (or before the mask changed) is occupied
+	// and freed whole.
+	s.Occupy(netip.MustParsePrefix("10.1.0.0/25"))
+	before := s.Used()
+	s.Release(netip.MustParsePrefix("10.1.0.0/25"))
+	if s.Used() != before-2 {
+		t.Fatalf("releasing a /25 freed %d /26s, want 2", before-s.Used())
+	}
+	a, _ := newRangeAllocator([]netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}, []int{24}, nil)
+	a.occupy("hand", []netip.Prefix{netip.MustParsePrefix("10.2.5.0/25")})
+	a.release("hand")
+	if a.usage()["10.2.0.0/16"][0] != 0 {
+		t.Fatalf("a /25 of a /24 set not freed: %v", a.usage())
+	}
+}

@@ -109,8 +109,10 @@ func New(cfg Config) (*Controller, error) {
 	_, err := cfg.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.queue.Add(obj.(*corev1.Node).Name) },
 		UpdateFunc: func(old, obj any) {
+			// Only changes that matter: a node waiting for a CIDR is retried
+			// with backoff, not on each of its status updates.
 			o, n := old.(*corev1.Node), obj.(*corev1.Node)
-			if len(n.Spec.PodCIDRs) == 0 || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
+			if !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) || o.Spec.ProviderID != n.Spec.ProviderID {
 				c.queue.Add(n.Name)
 			}
 		},
@@ -169,7 +171,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	if err := c.write(ctx, node, cidrs); err != nil {
-		if c.alloc != nil {
+		// Free the CIDRs only when the write surely did not land; after a
+		// timeout it may have, and freeing could hand them out twice. Kept,
+		// they are retried for this node (allocate returns them again).
+		if c.alloc != nil && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)) {
 			c.alloc.release(name)
 		}
 		c.metrics.allocations.WithLabelValues("error").Inc()

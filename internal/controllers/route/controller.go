@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -65,8 +66,10 @@ type Controller struct {
 
 	mu sync.Mutex
 	// created records, per node, whether all its routes exist, as of the
-	// last sync; the status workers turn it into the node condition.
-	created map[string]bool
+	// last sync; the status workers turn it into the node condition. Keyed
+	// by name, it holds the node's UID: a node recreated under the same
+	// name starts unknown.
+	created map[string]routeState
 }
 
 // New registers the event handlers.
@@ -77,7 +80,7 @@ func New(cfg Config) (*Controller, error) {
 		status:  queue.New("node-route-status", 100*time.Millisecond, time.Minute),
 		cache:   newRouteCache(),
 		metrics: newMetrics(cfg.Metrics),
-		created: map[string]bool{},
+		created: map[string]routeState{},
 	}
 	_, err := cfg.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.routes.Add(obj.(*corev1.Node).Name) },
@@ -136,11 +139,10 @@ func (c *Controller) Run(ctx context.Context) {
 // resync lists the cloud's routes and queues every node whose routes are
 // not right, and every route target that is no longer a node.
 func (c *Controller) resync(ctx context.Context) error {
-	routes, err := c.list(ctx)
+	routes, err := c.cache.list(ctx, c.list)
 	if err != nil {
 		return err
 	}
-	c.cache.replace(routes)
 	nodes, _ := c.lister.List(labels.Everything())
 	exists := make(map[string]bool, len(nodes))
 	queued := 0
@@ -177,7 +179,7 @@ func (c *Controller) list(ctx context.Context) ([]cloud.Route, error) {
 // the node's condition does not say so yet.
 func (c *Controller) setCreated(n *corev1.Node, ok bool) {
 	c.mu.Lock()
-	c.created[n.Name] = ok
+	c.created[n.Name] = routeState{uid: n.UID, ok: ok}
 	c.mu.Unlock()
 	if c.conditionOutdated(n) {
 		c.status.Add(n.Name)
@@ -190,20 +192,28 @@ func (c *Controller) forget(node string) {
 	c.mu.Unlock()
 }
 
+type routeState struct {
+	uid types.UID
+	ok  bool
+}
+
 // desiredCondition is the NetworkUnavailable condition a node should have,
 // if the controller knows.
-func (c *Controller) desiredCondition(node string) (status corev1.ConditionStatus, reason string, known bool) {
+func (c *Controller) desiredCondition(n *corev1.Node) (status corev1.ConditionStatus, reason string, known bool) {
 	c.mu.Lock()
-	ok, known := c.created[node]
+	st, known := c.created[n.Name]
 	c.mu.Unlock()
-	if ok {
-		return corev1.ConditionFalse, ReasonRouteCreated, known
+	if !known || st.uid != n.UID {
+		return "", "", false
 	}
-	return corev1.ConditionTrue, ReasonNoRouteCreated, known
+	if st.ok {
+		return corev1.ConditionFalse, ReasonRouteCreated, true
+	}
+	return corev1.ConditionTrue, ReasonNoRouteCreated, true
 }
 
 func (c *Controller) conditionOutdated(n *corev1.Node) bool {
-	status, reason, known := c.desiredCondition(n.Name)
+	status, reason, known := c.desiredCondition(n)
 	if !known {
 		return false
 	}

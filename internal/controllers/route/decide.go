@@ -56,8 +56,21 @@ func StaleRoutes(routes []cloud.Route, nodeCIDRs map[string][]netip.Prefix, clus
 	return out
 }
 
-// Responsible reports whether a route's destination overlaps the cluster
-// CIDRs, i.e. whether this controller may delete it.
+// Responsible reports whether a route is the cluster's, i.e. whether this
+// controller may delete it: its first or last address is inside a cluster
+// CIDR (upstream's rule). A wider route that merely contains the cluster
+// CIDR, such as a default route to a NAT instance, is not.
 func Responsible(dst netip.Prefix, clusterCIDRs []netip.Prefix) bool {
-	return slices.ContainsFunc(clusterCIDRs, func(c netip.Prefix) bool { return c.Overlaps(dst) })
+	dst = dst.Masked()
+	last := lastAddr(dst)
+	return slices.ContainsFunc(clusterCIDRs, func(c netip.Prefix) bool { return c.Contains(dst.Addr()) || c.Contains(last) })
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := range b {
+		b[i] |= byte(1<<max(0, min(8, (i+1)*8-p.Bits())) - 1)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

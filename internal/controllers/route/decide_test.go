@@ -41,6 +41,8 @@ func TestStaleRoutes(t *testing.T) {
 		rt("wrong-cidr", "n2", "10.244.7.0/24", false),
 		rt("blackhole", "n1", "fd00:244:0:1::/64", true),
 		rt("foreign", "n9", "172.16.0.0/24", false),
+		rt("default-route", "nat", "0.0.0.0/0", false),
+		rt("wider", "n9", "10.0.0.0/8", false),
 	}
 	nodes := map[string][]netip.Prefix{
 		"n1": {netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:244:0:1::/64")},

@@ -30,24 +30,22 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	node, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forget(name)
-		var errs []error
-		for _, r := range c.cache.routesTo(name) {
-			if Responsible(r.DestinationCIDR, c.cfg.ClusterCIDRs) {
-				errs = append(errs, c.delete(ctx, r))
-			}
-		}
-		return errors.Join(errs...)
+		return c.deleteRoutesTo(ctx, name)
 	}
 	if err != nil {
 		return err
 	}
 	cidrs, err := podcidr.Parse(node.Spec.PodCIDRs)
 	if err != nil || len(cidrs) == 0 {
-		return nil // no pod CIDR yet: nothing to route, no condition (as upstream)
+		// No pod CIDR (yet, or again after the node was recreated): no
+		// condition, as upstream, and no route to it.
+		c.forget(name)
+		return c.deleteRoutesTo(ctx, name)
 	}
 	plan := PlanNode(cidrs, c.cache.routesTo(name), c.cfg.ClusterCIDRs)
 	for _, r := range plan.Delete {
 		if err := c.delete(ctx, r); err != nil {
+			c.setCreated(node, false)
 			return err
 		}
 	}
@@ -72,31 +70,38 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	return errors.Join(errs...)
 }
 
+// deleteRoutesTo deletes the cluster's routes to a node.
+func (c *Controller) deleteRoutesTo(ctx context.Context, node string) error {
+	var errs []error
+	for _, r := range c.cache.routesTo(node) {
+		if Responsible(r.DestinationCIDR, c.cfg.ClusterCIDRs) {
+			errs = append(errs, c.delete(ctx, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // delete deletes a route, first learning its cloud name if this controller
 // created it since the last list.
 func (c *Controller) delete(ctx context.Context, r cloud.Route) error {
+	node, dst := r.TargetNode, r.DestinationCIDR.Masked()
 	if r.Name == "" {
-		if err := c.cache.refreshNames(ctx, c.cache.generation(), c.list); err != nil {
+		named, ok, err := c.cache.resolve(ctx, node, dst, c.list)
+		if err != nil {
 			return err
 		}
-		named := false
-		for _, e := range c.cache.routesTo(r.TargetNode) {
-			if e.DestinationCIDR == r.DestinationCIDR && e.Blackhole == r.Blackhole && e.Name != "" {
-				r, named = e, true
-				break
-			}
-		}
-		if !named { // not in the cloud's list: already gone
-			c.cache.removed(r)
+		if !ok { // a list that started after its creation does not show it: gone
+			c.cache.removed(node, dst)
 			return nil
 		}
+		r = named
 	}
 	err := c.cfg.Routes.DeleteRoute(ctx, c.cfg.ClusterName, r)
 	c.metrics.op("delete", err)
 	if err != nil {
 		return fmt.Errorf("delete route %s %s: %w", r.Name, r.DestinationCIDR, err)
 	}
-	c.cache.removed(r)
+	c.cache.removed(node, dst)
 	klog.FromContext(ctx).V(2).Info("Deleted route", "route", r.Name, "cidr", r.DestinationCIDR, "target", r.TargetNode, "blackhole", r.Blackhole)
 	return nil
 }
@@ -110,7 +115,7 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	status, reason, known := c.desiredCondition(name)
+	status, reason, known := c.desiredCondition(node)
 	if !known || !c.conditionOutdated(node) {
 		return nil
 	}

@@ -37,11 +37,13 @@ func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cl
 	}
 	_, err := p.c.CreateRoute(ctx, api.Route{Name: name, Cluster: cluster, TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()})
 	if client.IsConflict(err) {
-		if existing, lerr := p.ListRoutes(ctx, cluster); lerr == nil {
-			for _, e := range existing {
-				if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() {
-					return nil
-				}
+		existing, lerr := p.ListRoutes(ctx, cluster)
+		if lerr != nil {
+			return lerr // e.g. throttled: its retry-after delay counts, not the conflict
+		}
+		for _, e := range existing {
+			if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() && !e.Blackhole {
+				return nil
 			}
 		}
 	}

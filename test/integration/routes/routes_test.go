@@ -82,7 +82,10 @@ func newFixture(t *testing.T) *fixture {
 	o.ServiceClusterIPRange = "10.100.3.0/24"
 	o.RouteReconciliationPeriod = 2 * time.Second
 	client := testenv.Client(t)
-	return &fixture{t: t, cloud: lc, client: client, sim: nodesim.New(client, 4), opts: o}
+	f := &fixture{t: t, cloud: lc, client: client, sim: nodesim.New(client, 4), opts: o}
+	// Each test owns its nodes: the next test's CCM must not see them.
+	t.Cleanup(func() { _ = f.sim.Delete(context.Background(), f.sim.Names()) })
+	return f
 }
 
 func (f *fixture) addNode(name string) {
@@ -364,5 +367,35 @@ func TestCloudAllocator(t *testing.T) {
 	f.eventually(20*time.Second, "CIDRNotAvailable on ca-2, whose instance has none", func() (bool, string) {
 		r := f.eventReasons("ca-2")
 		return slices.Contains(r, "CIDRNotAvailable"), fmt.Sprint(r)
+	})
+}
+
+// TestRouteOfDeletedNodeWithGoneInstance: the usual way a node leaves (its
+// instance is terminated, the route turns into a blackhole, then the Node is
+// deleted) removes the route at once, without waiting for a resync.
+func TestRouteOfDeletedNodeWithGoneInstance(t *testing.T) {
+	f := newFixture(t)
+	f.opts.RouteReconciliationPeriod = time.Hour
+	defer f.startCCM()()
+	ctx := context.Background()
+	f.addNode("bh-1")
+	f.waitRouted("bh-1")
+	inst, err := f.cloud.Client.ListInstances(ctx, "bh-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range inst {
+		if i.Name == "bh-1" {
+			if err := f.cloud.Client.DeleteInstance(ctx, i.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := f.sim.Delete(ctx, []string{"bh-1"}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(10*time.Second, "bh-1's blackholed routes deleted", func() (bool, string) {
+		list, err := f.cloud.Client.ListRoutes(ctx, cluster)
+		return err == nil && len(list) == 0, fmt.Sprint(list, err)
 	})
 }
