@@ -3,6 +3,8 @@ package cloud
 import (
 	"context"
 	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Route sends a node's pod CIDR to that node.
@@ -15,6 +17,13 @@ type Route struct {
 	DestinationCIDR netip.Prefix
 	// Blackhole is true when the route's target no longer exists.
 	Blackhole bool
+	// TargetNodeAddresses are the node's addresses when the route was made,
+	// for providers that route to addresses rather than to an instance.
+	TargetNodeAddresses []corev1.NodeAddress
+	// EnableNodeAddresses, set by a provider on listed routes, says it keeps
+	// TargetNodeAddresses: a route whose addresses differ from the node's
+	// is then replaced.
+	EnableNodeAddresses bool
 }
 
 // Routes manages the routes of a cluster's pod network.

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -92,10 +94,10 @@ func (c *routeCache) nodes() []string {
 	return out
 }
 
-func (c *routeCache) added(node string, dst netip.Prefix) {
+func (c *routeCache) added(node string, dst netip.Prefix, addrs []corev1.NodeAddress) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.byNode[node] = append(c.byNode[node], cachedRoute{Route: cloud.Route{TargetNode: node, DestinationCIDR: dst}, pending: true, seq: c.started})
+	c.byNode[node] = append(c.byNode[node], cachedRoute{Route: cloud.Route{TargetNode: node, DestinationCIDR: dst, TargetNodeAddresses: addrs}, pending: true, seq: c.started})
 }
 
 func (c *routeCache) removed(node string, dst netip.Prefix) {

@@ -12,9 +12,9 @@ func TestRouteCacheKeepsCreatesThatRaceAList(t *testing.T) {
 	c := newRouteCache()
 	ctx := context.Background()
 	a, b := netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("10.244.2.0/24")
-	c.added("n1", a) // before the list: the list is the truth
+	c.added("n1", a, nil) // before the list: the list is the truth
 	_, err := c.list(ctx, func(context.Context) ([]cloud.Route, error) {
-		c.added("n2", b) // completes while the list runs: the list may miss it
+		c.added("n2", b, nil) // completes while the list runs: the list may miss it
 		return nil, nil
 	})
 	if err != nil {
@@ -42,7 +42,7 @@ func TestRouteCacheKeepsCreatesThatRaceAList(t *testing.T) {
 		t.Fatal("a named route was listed again")
 	}
 	// A pending route the cloud does not show after a later list is gone.
-	c.added("n3", a)
+	c.added("n3", a, nil)
 	_, ok, err = c.resolve(ctx, "n3", a, func(context.Context) ([]cloud.Route, error) { return nil, nil })
 	if err != nil || ok {
 		t.Fatalf("resolve of a vanished route = %v %v", ok, err)

@@ -86,7 +86,7 @@ func New(cfg Config) (*Controller, error) {
 		AddFunc: func(obj any) { c.routes.Add(obj.(*corev1.Node).Name) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*corev1.Node), obj.(*corev1.Node)
-			if !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
+			if !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) || !sameAddresses(o.Status.Addresses, n.Status.Addresses) {
 				c.routes.Add(n.Name)
 			} else if c.conditionOutdated(n) {
 				c.status.Add(n.Name) // someone else changed the condition
@@ -152,7 +152,7 @@ func (c *Controller) resync(ctx context.Context) error {
 		if err != nil || len(cidrs) == 0 {
 			continue
 		}
-		if PlanNode(cidrs, c.cache.routesTo(n.Name), c.cfg.ClusterCIDRs).Empty() {
+		if PlanNode(cidrs, n.Status.Addresses, c.cache.routesTo(n.Name), c.cfg.ClusterCIDRs).Empty() {
 			c.setCreated(n, true)
 			continue
 		}

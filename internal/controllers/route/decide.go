@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -19,23 +21,33 @@ type Plan struct {
 // Empty reports whether the plan makes no cloud call.
 func (p Plan) Empty() bool { return len(p.Create) == 0 && len(p.Delete) == 0 }
 
-// PlanNode decides the routes of one node from its pod CIDRs and the
-// routes that target it. Deletions come first in the plan's execution: a
-// provider may name routes per node and family, so a stale route would
-// block its replacement.
-func PlanNode(podCIDRs []netip.Prefix, routes []cloud.Route, clusterCIDRs []netip.Prefix) Plan {
+// PlanNode decides the routes of one node from its pod CIDRs, its
+// addresses and the routes that target it. Deletions come first in the
+// plan's execution: a provider may name routes per node and family, so a
+// stale route would block its replacement. A route of a provider that keeps
+// node addresses (EnableNodeAddresses) is replaced when they changed.
+func PlanNode(podCIDRs []netip.Prefix, addrs []corev1.NodeAddress, routes []cloud.Route, clusterCIDRs []netip.Prefix) Plan {
 	var p Plan
+	current := func(r cloud.Route) bool {
+		return !r.Blackhole && slices.Contains(podCIDRs, r.DestinationCIDR.Masked()) &&
+			(!r.EnableNodeAddresses || sameAddresses(r.TargetNodeAddresses, addrs))
+	}
 	for _, r := range routes {
-		if (r.Blackhole || !slices.Contains(podCIDRs, r.DestinationCIDR.Masked())) && Responsible(r.DestinationCIDR, clusterCIDRs) {
+		if !current(r) && Responsible(r.DestinationCIDR, clusterCIDRs) {
 			p.Delete = append(p.Delete, r)
 		}
 	}
 	for _, c := range podCIDRs {
-		if !slices.ContainsFunc(routes, func(r cloud.Route) bool { return !r.Blackhole && r.DestinationCIDR.Masked() == c }) {
+		if !slices.ContainsFunc(routes, func(r cloud.Route) bool { return current(r) && r.DestinationCIDR.Masked() == c }) {
 			p.Create = append(p.Create, c)
 		}
 	}
 	return p
+}
+
+// sameAddresses compares address sets, ignoring order.
+func sameAddresses(a, b []corev1.NodeAddress) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(x corev1.NodeAddress) bool { return !slices.Contains(b, x) })
 }
 
 // StaleRoutes are the routes a full resync deletes: inside the cluster

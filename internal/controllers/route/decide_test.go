@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -27,7 +29,7 @@ func TestPlanNode(t *testing.T) {
 		{"stale CIDR outside the cluster: left alone", []cloud.Route{rt("a", "n", "192.168.0.0/24", false), rt("b", "n", "fd00:244:0:1::/64", false)}, 1, 0},
 	}
 	for _, tc := range cases {
-		p := PlanNode([]netip.Prefix{v4, v6}, tc.routes, clusterCIDRs)
+		p := PlanNode([]netip.Prefix{v4, v6}, nil, tc.routes, clusterCIDRs)
 		if len(p.Create) != tc.create || len(p.Delete) != tc.dels {
 			t.Errorf("%s: plan %+v, want %d creates and %d deletes", tc.name, p, tc.create, tc.dels)
 		}
@@ -60,5 +62,24 @@ func TestStaleRoutes(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("stale %v, want %v", got, want)
 		}
+	}
+}
+
+func TestPlanNodeReplacesRoutesWhoseNodeAddressesChanged(t *testing.T) {
+	v4 := netip.MustParsePrefix("10.244.1.0/24")
+	old := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}}
+	now := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.11"}}
+	tracked := rt("a", "n", "10.244.1.0/24", false)
+	tracked.EnableNodeAddresses, tracked.TargetNodeAddresses = true, old
+	if p := PlanNode([]netip.Prefix{v4}, now, []cloud.Route{tracked}, clusterCIDRs); len(p.Delete) != 1 || len(p.Create) != 1 {
+		t.Fatalf("addresses changed: plan %+v, want the route replaced", p)
+	}
+	if p := PlanNode([]netip.Prefix{v4}, old, []cloud.Route{tracked}, clusterCIDRs); !p.Empty() {
+		t.Fatalf("same addresses: plan %+v", p)
+	}
+	untracked := rt("a", "n", "10.244.1.0/24", false)
+	untracked.TargetNodeAddresses = old // the provider does not keep them
+	if p := PlanNode([]netip.Prefix{v4}, now, []cloud.Route{untracked}, clusterCIDRs); !p.Empty() {
+		t.Fatalf("provider without EnableNodeAddresses: plan %+v", p)
 	}
 }

@@ -42,7 +42,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		c.forget(name)
 		return c.deleteRoutesTo(ctx, name)
 	}
-	plan := PlanNode(cidrs, c.cache.routesTo(name), c.cfg.ClusterCIDRs)
+	plan := PlanNode(cidrs, node.Status.Addresses, c.cache.routesTo(name), c.cfg.ClusterCIDRs)
 	for _, r := range plan.Delete {
 		if err := c.delete(ctx, r); err != nil {
 			c.setCreated(node, false)
@@ -52,7 +52,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	var errs []error
 	for _, cidr := range plan.Create {
 		start := time.Now()
-		err := c.cfg.Routes.CreateRoute(ctx, c.cfg.ClusterName, string(node.UID), cloud.Route{TargetNode: name, DestinationCIDR: cidr})
+		err := c.cfg.Routes.CreateRoute(ctx, c.cfg.ClusterName, string(node.UID), cloud.Route{TargetNode: name, DestinationCIDR: cidr, TargetNodeAddresses: node.Status.Addresses})
 		c.metrics.op("create", err)
 		if err != nil {
 			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ReasonFailedToCreateRoute,
@@ -60,7 +60,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 			errs = append(errs, fmt.Errorf("create route for %s: %w", cidr, err))
 			continue
 		}
-		c.cache.added(name, cidr)
+		c.cache.added(name, cidr, node.Status.Addresses)
 		logger.V(2).Info("Created route", "cidr", cidr)
 	}
 	c.setCreated(node, len(errs) == 0)

@@ -232,7 +232,8 @@ func (r *routes) ListRoutes(ctx context.Context, cluster string) ([]cloud.Route,
 		if err != nil {
 			return nil, fmt.Errorf("route %q has an invalid destination %q: %w", rt.Name, rt.DestinationCIDR, err)
 		}
-		out = append(out, cloud.Route{Name: rt.Name, TargetNode: string(rt.TargetNode), DestinationCIDR: p, Blackhole: rt.Blackhole})
+		out = append(out, cloud.Route{Name: rt.Name, TargetNode: string(rt.TargetNode), DestinationCIDR: p, Blackhole: rt.Blackhole,
+			TargetNodeAddresses: rt.TargetNodeAddresses, EnableNodeAddresses: rt.EnableNodeAddresses})
 	}
 	return out, nil
 }
@@ -246,7 +247,8 @@ func (r *routes) DeleteRoute(ctx context.Context, cluster string, rt cloud.Route
 }
 
 func upstreamRoute(rt cloud.Route) *cloudprovider.Route {
-	return &cloudprovider.Route{Name: rt.Name, TargetNode: types.NodeName(rt.TargetNode), DestinationCIDR: rt.DestinationCIDR.String(), Blackhole: rt.Blackhole}
+	return &cloudprovider.Route{Name: rt.Name, TargetNode: types.NodeName(rt.TargetNode), DestinationCIDR: rt.DestinationCIDR.String(), Blackhole: rt.Blackhole,
+		TargetNodeAddresses: rt.TargetNodeAddresses, EnableNodeAddresses: rt.EnableNodeAddresses}
 }
 
 // Upstream separates several zones of a regional volume with "__".

@@ -159,12 +159,14 @@ func TestFromUpstreamRoutesAndVolumes(t *testing.T) {
 		t.Fatal("routes missing")
 	}
 	ctx := context.Background()
-	rt := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("10.244.1.0/24")}
+	addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}}
+	rt := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("10.244.1.0/24"), TargetNodeAddresses: addrs, EnableNodeAddresses: true}
 	if err := r.CreateRoute(ctx, "c1", "uid-a", rt); err != nil {
 		t.Fatal(err)
 	}
 	list, err := r.ListRoutes(ctx, "c1")
-	if err != nil || len(list) != 1 || list[0].TargetNode != "node-a" || list[0].DestinationCIDR != rt.DestinationCIDR {
+	if err != nil || len(list) != 1 || list[0].TargetNode != "node-a" || list[0].DestinationCIDR != rt.DestinationCIDR ||
+		!list[0].EnableNodeAddresses || len(list[0].TargetNodeAddresses) != 1 || list[0].TargetNodeAddresses[0] != addrs[0] {
 		t.Fatalf("list = %+v %v", list, err)
 	}
 	if err := r.DeleteRoute(ctx, "c1", list[0]); err != nil {

@@ -204,5 +204,6 @@ func sdkRoute(rt *cloudprovider.Route) (cloud.Route, error) {
 	if err != nil {
 		return cloud.Route{}, fmt.Errorf("route %q: destination %q is not a CIDR: %w", rt.Name, rt.DestinationCIDR, err)
 	}
-	return cloud.Route{Name: rt.Name, TargetNode: string(rt.TargetNode), DestinationCIDR: p, Blackhole: rt.Blackhole}, nil
+	return cloud.Route{Name: rt.Name, TargetNode: string(rt.TargetNode), DestinationCIDR: p, Blackhole: rt.Blackhole,
+		TargetNodeAddresses: rt.TargetNodeAddresses, EnableNodeAddresses: rt.EnableNodeAddresses}, nil
 }
