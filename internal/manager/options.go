@@ -52,6 +52,10 @@ type Options struct {
 	LeaderElectResourceLock string
 	// Identity of this replica in the Lease; default hostname_uuid.
 	LeaderElectIdentity string
+	// EnableLeaderMigration and LeaderMigrationConfig: hand controllers
+	// over from kube-controller-manager under a shared migration lease.
+	EnableLeaderMigration bool
+	LeaderMigrationConfig string
 
 	BindAddress string
 	SecurePort  int
@@ -105,6 +109,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-resource-namespace", o.LeaderElectNamespace, "namespace of the leader Lease")
 	fs.StringVar(&o.LeaderElectResourceLock, "leader-elect-resource-lock", o.LeaderElectResourceLock, "lock type; only 'leases' is supported")
 	fs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "this replica's identity in the Lease (default: hostname_<random>)")
+	fs.BoolVar(&o.EnableLeaderMigration, "enable-leader-migration", o.EnableLeaderMigration, "run the migrated controllers under a migration lease shared with kube-controller-manager (needs --leader-elect)")
+	fs.StringVar(&o.LeaderMigrationConfig, "leader-migration-config", o.LeaderMigrationConfig, "LeaderMigrationConfiguration file (default: upstream's default configuration)")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "address to serve /healthz, /readyz, /livez and /metrics on")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "HTTPS port for /healthz, /readyz, /livez and /metrics (0: pick a free port)")
 	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
@@ -145,6 +151,9 @@ func (o *Options) Validate(known []Controller) error {
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, "--tls-cert-file and --tls-private-key-file go together")
 	}
+	if _, err := o.migration(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if _, err := o.network(); err != nil {
 		errs = append(errs, err.Error())
 	}
@@ -155,4 +164,26 @@ func (o *Options) Validate(known []Controller) error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// migration returns the leader migration configuration, or nil when
+// migration is off. As upstream, it takes effect only with --leader-elect.
+func (o *Options) migration() (*MigrationConfig, error) {
+	if !o.EnableLeaderMigration {
+		if o.LeaderMigrationConfig != "" {
+			return nil, errors.New("--leader-migration-config needs --enable-leader-migration")
+		}
+		return nil, nil
+	}
+	cfg := DefaultMigrationConfig()
+	if o.LeaderMigrationConfig != "" {
+		var err error
+		if cfg, err = LoadMigrationConfig(o.LeaderMigrationConfig); err != nil {
+			return nil, err
+		}
+	}
+	if !o.LeaderElect {
+		return nil, nil
+	}
+	return &cfg, nil
 }

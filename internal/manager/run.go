@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,11 +64,11 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 		ready(addr)
 	}
 
-	runControllers := func(ctx context.Context) error {
-		return startControllers(ctx, o, enabled, provider, client, reg, h)
-	}
 	if !o.LeaderElect {
-		if err := runControllers(ctx); err != nil {
+		if o.EnableLeaderMigration {
+			logger.Info("Leader migration is off: it needs --leader-elect")
+		}
+		if err := startControllers(ctx, o, enabled, provider, client, reg, h); err != nil {
 			return err
 		}
 		select {
@@ -77,39 +78,85 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 			return err
 		}
 	}
-	return runWithLeaderElection(ctx, o, client, h, runControllers)
+	mig, _ := o.migration() // validated above
+	if mig == nil {
+		return elect(ctx, o, client, h, o.LeaderElectLockName, func(ctx context.Context, _ func(error)) error {
+			return startControllers(ctx, o, enabled, provider, client, reg, h)
+		})
+	}
+	own, migrated, unowned := SplitForMigration(enabled, *mig)
+	logger.Info("Leader migration", "migrationLease", mig.LeaderName, "migrated", controllerNames(migrated), "own", controllerNames(own), "leftToOthers", unowned)
+	// As upstream: the own lease first, its controllers started, and only
+	// then the migration lease, so that one process never holds the
+	// migration lease while another holds the main one.
+	return elect(ctx, o, client, h, o.LeaderElectLockName, func(ctx context.Context, fail func(error)) error {
+		if err := startControllers(ctx, o, own, provider, client, reg, h); err != nil {
+			return err
+		}
+		go func() {
+			err := elect(ctx, o, client, h, mig.LeaderName, func(ctx context.Context, _ func(error)) error {
+				logger.Info("Holding the migration lease; starting migrated controllers", "lease", mig.LeaderName)
+				return startControllers(ctx, o, migrated, provider, client, reg, h)
+			})
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("migration lease %s: %w", mig.LeaderName, err))
+			}
+		}()
+		return nil
+	})
 }
 
-func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.Interface, h *health, run func(context.Context) error) error {
-	logger := klog.FromContext(ctx)
+func controllerNames(cs []Controller) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// elect runs run while holding the Lease lockName, until ctx is done (the
+// Lease is released) or the Lease is lost (ErrLostLease). run may call fail
+// later to stop leading with an error.
+func elect(ctx context.Context, o *Options, client kubernetes.Interface, h *health, lockName string, run func(ctx context.Context, fail func(error)) error) error {
+	logger := klog.FromContext(ctx).WithValues("lease", lockName)
 	id := o.LeaderElectIdentity
 	if id == "" {
 		host, _ := os.Hostname()
 		id = host + "_" + uuid.NewString()
 	}
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaderElectLockName, Namespace: o.LeaderElectNamespace},
+		LeaseMeta:  metav1.ObjectMeta{Name: lockName, Namespace: o.LeaderElectNamespace},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
-	var runErr error
+	var (
+		mu     sync.Mutex
+		runErr error
+	)
 	led := false
 	leCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	fail := func(err error) {
+		mu.Lock()
+		if runErr == nil {
+			runErr = err
+		}
+		mu.Unlock()
+		cancel()
+	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaseDuration,
 		RenewDeadline:   o.RenewDeadline,
 		RetryPeriod:     o.RetryPeriod,
 		ReleaseOnCancel: true,
-		Name:            o.LeaderElectLockName,
+		Name:            lockName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				led = true
 				logger.Info("Became leader; starting controllers", "identity", id)
-				if err := run(ctx); err != nil {
-					runErr = err
-					cancel()
+				if err := run(ctx, fail); err != nil {
+					fail(err)
 				}
 			},
 			OnStoppedLeading: func() {
@@ -130,6 +177,8 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 	// A standby is healthy and ready: it serves its purpose by waiting.
 	h.ready.Store(true)
 	elector.Run(leCtx)
+	mu.Lock()
+	defer mu.Unlock()
 	switch {
 	case runErr != nil:
 		return runErr
@@ -137,7 +186,7 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		logger.Info("Shut down; lease released", "identity", id)
 		return nil
 	default:
-		return fmt.Errorf("%w (identity %s)", ErrLostLease, id)
+		return fmt.Errorf("%w %s (identity %s)", ErrLostLease, lockName, id)
 	}
 }
 
