@@ -91,6 +91,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"update", "services/status"}, "yes"},
 		{[]string{"create", "events"}, "yes"},
 		{[]string{"update", "leases/cloud-controller-manager", "-n", "kube-system"}, "yes"},
+		{[]string{"update", "leases/cloud-provider-extraction-migration", "-n", "kube-system"}, "yes"},
 		{[]string{"update", "leases/kube-controller-manager", "-n", "kube-system"}, "no"},
 		{[]string{"delete", "services"}, "no"},
 		{[]string{"get", "secrets", "-A"}, "no"},
