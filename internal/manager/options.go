@@ -59,8 +59,11 @@ type Options struct {
 
 	BindAddress string
 	SecurePort  int
-	CertFile    string
-	KeyFile     string
+	// AlwaysAllowPaths are served without authentication; every other path
+	// (/metrics) needs a token allowed by the apiserver (delegated auth).
+	AlwaysAllowPaths []string
+	CertFile         string
+	KeyFile          string
 }
 
 // NewOptions returns the defaults.
@@ -83,6 +86,7 @@ func NewOptions() *Options {
 		LeaderElectResourceLock:   "leases",
 		BindAddress:               "0.0.0.0",
 		SecurePort:                10258,
+		AlwaysAllowPaths:          []string{"/healthz", "/readyz", "/livez"},
 		NetworkOptions:            defaultNetworkOptions(),
 	}
 }
@@ -113,6 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderMigrationConfig, "leader-migration-config", o.LeaderMigrationConfig, "LeaderMigrationConfiguration file (default: upstream's default configuration)")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "address to serve /healthz, /readyz, /livez and /metrics on")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "HTTPS port for /healthz, /readyz, /livez and /metrics (0: pick a free port)")
+	fs.StringSliceVar(&o.AlwaysAllowPaths, "authorization-always-allow-paths", o.AlwaysAllowPaths, "paths served without authentication; others (/metrics) need a bearer token allowed by the apiserver (TokenReview and SubjectAccessReview)")
 	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
 	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "serving key")
 	o.NetworkOptions.addFlags(fs)

@@ -56,7 +56,7 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	}
 	reg := NewRegistry()
 	h := &health{}
-	addr, serveErr, err := serve(ctx, o, h, reg)
+	addr, serveErr, err := serve(ctx, o, h, reg, client)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -60,7 +61,7 @@ func (h *health) readiness() error {
 
 // serve runs the HTTPS endpoint until ctx is done; it returns the bound
 // address once listening.
-func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry) (string, <-chan error, error) {
+func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry, client kubernetes.Interface) (string, <-chan error, error) {
 	cert, err := servingCert(o)
 	if err != nil {
 		return "", nil, err
@@ -74,7 +75,7 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry)
 	if err != nil {
 		return "", nil, fmt.Errorf("--secure-port %d: %w", o.SecurePort, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: newDelegatedAuth(client, o.AlwaysAllowPaths).wrap(mux), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	errc := make(chan error, 1)
 	go func() {

@@ -90,6 +90,8 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"patch", "nodes/status"}, "yes"},
 		{[]string{"update", "services/status"}, "yes"},
 		{[]string{"create", "events"}, "yes"},
+		{[]string{"create", "tokenreviews.authentication.k8s.io"}, "yes"},
+		{[]string{"create", "subjectaccessreviews.authorization.k8s.io"}, "yes"},
 		{[]string{"update", "leases/cloud-controller-manager", "-n", "kube-system"}, "yes"},
 		{[]string{"update", "leases/cloud-provider-extraction-migration", "-n", "kube-system"}, "yes"},
 		{[]string{"update", "leases/kube-controller-manager", "-n", "kube-system"}, "no"},

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -119,14 +120,36 @@ func TestMetricsAreServed(t *testing.T) {
 	f.register(t, nodesim.NodeSpec{Name: "init-metrics"})
 	f.waitNode(t, "init-metrics", 20*time.Second, "initialization", initialized)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := client.Get(f.metrics)
-	if err != nil {
-		t.Fatal(err)
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, f.metrics, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
+	// Delegated authentication and authorization, as upstream's: no token
+	// 401, a token without the RBAC rule 403, a scraper's token 200.
+	if code, body := get(""); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d %s", code, body)
+	}
+	if code, body := get("not-a-token"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics with a bad token: %d %s", code, body)
+	}
+	if code, body := get(testenv.ServiceAccountToken(t, "no-metrics")); code != http.StatusForbidden || !strings.Contains(body, "may not get /metrics") {
+		t.Errorf("/metrics without RBAC: %d %s", code, body)
+	}
+	code, body := get(testenv.ServiceAccountToken(t, "metrics-reader", "/metrics"))
+	if code != http.StatusOK {
+		t.Fatalf("/metrics with a scraper's token: %d %s", code, body)
+	}
 	for _, want := range []string{`portside_ccm_cloud_node_initializations_total{result="success"}`, "portside_ccm_cloud_node_initialization_seconds_bucket", `portside_ccm_workqueue_adds_total{name="cloud-node-init"}`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

@@ -333,7 +333,9 @@ func TestPodCIDRsAndRoutes(t *testing.T) {
 func (f *fixture) scrape() string {
 	f.t.Helper()
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := c.Get(f.metrics)
+	req, _ := http.NewRequest(http.MethodGet, f.metrics, nil)
+	req.Header.Set("Authorization", "Bearer "+testenv.ServiceAccountToken(f.t, "metrics-reader", "/metrics"))
+	resp, err := c.Do(req)
 	if err != nil {
 		f.t.Fatal(err)
 	}
