@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/portside-io/portside/internal/netaddr"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -74,15 +75,6 @@ func StaleRoutes(routes []cloud.Route, nodeCIDRs map[string][]netip.Prefix, clus
 // CIDR, such as a default route to a NAT instance, is not.
 func Responsible(dst netip.Prefix, clusterCIDRs []netip.Prefix) bool {
 	dst = dst.Masked()
-	last := lastAddr(dst)
+	last := netaddr.Last(dst)
 	return slices.ContainsFunc(clusterCIDRs, func(c netip.Prefix) bool { return c.Contains(dst.Addr()) || c.Contains(last) })
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := range b {
-		b[i] |= byte(1<<max(0, min(8, (i+1)*8-p.Bits())) - 1)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

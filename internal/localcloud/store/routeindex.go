@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"net/netip"
+
+	"github.com/portside-io/portside/internal/netaddr"
 )
 
 // RouteCIDRs indexes route destinations per cluster, so that the overlap
@@ -45,7 +47,7 @@ func (t *Tx) OverlappingRoute(cluster string, p netip.Prefix) (string, netip.Pre
 	head := append([]byte(cluster), 0, familyOf(p))
 	k, v := b.Cursor().Seek(routeKey(cluster, netip.PrefixFrom(p.Addr(), 0)))
 	if k != nil && bytes.HasPrefix(k, head) {
-		if a, _ := netip.AddrFromSlice(k[len(head) : len(k)-1]); a.Compare(lastAddress(p)) <= 0 {
+		if a, _ := netip.AddrFromSlice(k[len(head) : len(k)-1]); a.Compare(netaddr.Last(p)) <= 0 {
 			return string(v), netip.PrefixFrom(a, int(k[len(k)-1])), true
 		}
 	}
@@ -57,16 +59,6 @@ func familyOf(p netip.Prefix) byte {
 		return 4
 	}
 	return 6
-}
-
-func lastAddress(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := range b {
-		hostBits := max(0, min(8, (i+1)*8-p.Bits()))
-		b[i] |= byte(1<<hostBits - 1)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // ClearRouteIndex empties the index, to rebuild it from the routes (state
