@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/portside-io/portside/internal/controllers/node"
 	"github.com/portside-io/portside/internal/controllers/nodeipam"
@@ -61,7 +60,7 @@ func startServiceLB(ctx context.Context, cc *ControllerContext) (string, error) 
 	}
 	c, err := service.New(service.Config{
 		Client: cc.Client, Services: cc.Informers.Core().V1().Services(), Nodes: cc.Informers.Core().V1().Nodes(),
-		LoadBalancers: lbs, Recorder: cc.Recorder("service-controller"), ClusterName: cc.Options.ClusterName,
+		LoadBalancers: lbs, Recorder: cc.Recorder("service-controller"), ClusterName: cc.Options.ClusterName, ClusterUID: cc.ClusterUID,
 		Class: cc.Options.LoadBalancerClass, Workers: cc.Options.ConcurrentServiceSyncs,
 	})
 	if err != nil {
@@ -95,8 +94,11 @@ func startNodeIPAM(ctx context.Context, cc *ControllerContext) (string, error) {
 
 func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
 	o := cc.Options.NetworkOptions
-	if !o.AllocateNodeCIDRs || !o.ConfigureCloudRoutes {
-		return fmt.Sprintf("routes are configured only with --allocate-node-cidrs and --configure-cloud-routes (have %v and %v)", o.AllocateNodeCIDRs, o.ConfigureCloudRoutes), nil
+	// As upstream's CCM: routes follow --configure-cloud-routes alone, for
+	// pod CIDRs given by whoever allocates them (kube-controller-manager's
+	// node IPAM, or ours with --allocate-node-cidrs).
+	if !o.ConfigureCloudRoutes {
+		return "--configure-cloud-routes is false", nil
 	}
 	routes, ok := cc.Cloud.Routes()
 	if !ok {
@@ -105,6 +107,11 @@ func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
 	nw, err := o.network()
 	if err != nil {
 		return "", err
+	}
+	if len(nw.ClusterCIDRs) == 0 {
+		// Upstream fails to start here; a stock manifest that leaves
+		// --configure-cloud-routes at its default gets a clear skip instead.
+		return "--configure-cloud-routes needs --cluster-cidr, the pods' CIDR(s) that routes are made for", nil
 	}
 	c, err := route.New(route.Config{
 		Client: cc.Client, Nodes: cc.Informers.Core().V1().Nodes(), Routes: routes,

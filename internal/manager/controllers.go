@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -25,6 +26,9 @@ type ControllerContext struct {
 	Recorder func(component string) record.EventRecorder
 	// Metrics is where controllers register their metrics.
 	Metrics prometheus.Registerer
+	// ClusterUID is the UID of namespace kube-system ("" when unreadable):
+	// the cluster's identity on cloud tags.
+	ClusterUID types.UID
 }
 
 // Controller is a plugin of the manager.

@@ -66,18 +66,23 @@ type Network struct {
 // network parses and checks the settings; errors name the flag to fix.
 func (o *NetworkOptions) network() (Network, error) {
 	var n Network
-	if !o.AllocateNodeCIDRs {
+	if !o.AllocateNodeCIDRs && !o.ConfigureCloudRoutes {
 		return n, nil
-	}
-	if o.CIDRAllocatorType != nodeipam.RangeAllocator && o.CIDRAllocatorType != nodeipam.CloudAllocator {
-		return n, fmt.Errorf("--cidr-allocator-type=%s is not supported: use %s or %s", o.CIDRAllocatorType, nodeipam.RangeAllocator, nodeipam.CloudAllocator)
-	}
-	if o.RouteReconciliationPeriod <= 0 || o.ConcurrentRouteSyncs < 1 {
-		return n, errors.New("--route-reconciliation-period must be positive and --concurrent-route-syncs at least 1")
 	}
 	var err error
 	if n.ClusterCIDRs, err = parseFamilies("--cluster-cidr", o.ClusterCIDR); err != nil {
 		return n, err
+	}
+	if o.ConfigureCloudRoutes && (o.RouteReconciliationPeriod <= 0 || o.ConcurrentRouteSyncs < 1) {
+		return n, errors.New("--route-reconciliation-period must be positive and --concurrent-route-syncs at least 1")
+	}
+	if !o.AllocateNodeCIDRs {
+		// Routes alone (upstream's default): pod CIDRs come from
+		// kube-controller-manager's node IPAM.
+		return n, nil
+	}
+	if o.CIDRAllocatorType != nodeipam.RangeAllocator && o.CIDRAllocatorType != nodeipam.CloudAllocator {
+		return n, fmt.Errorf("--cidr-allocator-type=%s is not supported: use %s or %s", o.CIDRAllocatorType, nodeipam.RangeAllocator, nodeipam.CloudAllocator)
 	}
 	if len(n.ClusterCIDRs) == 0 && (o.CIDRAllocatorType == nodeipam.RangeAllocator || o.ConfigureCloudRoutes) {
 		return n, errors.New("--allocate-node-cidrs needs --cluster-cidr (e.g. 10.244.0.0/16) for the RangeAllocator and for cloud routes")

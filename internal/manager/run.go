@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -26,6 +28,10 @@ import (
 
 	"github.com/portside-io/portside/pkg/cloud"
 )
+
+// defaultClusterName is upstream's --cluster-name default; clusters that
+// share a cloud account must not all keep it.
+const defaultClusterName = "kubernetes"
 
 // ErrLostLease is returned when this replica stops leading; the process
 // exits so that its restart re-joins the election with clean state.
@@ -54,9 +60,23 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	if err != nil {
 		return err
 	}
+	// Informers watch for minutes: a whole-request timeout would cut every
+	// watch after 30 s and relist. Their client has none; the apiserver
+	// ends watches itself, and HTTP/2 health checks catch dead connections.
+	watchCfg := rest.CopyConfig(restCfg)
+	watchCfg.Timeout = 0
+	watchClient, err := kubernetes.NewForConfig(watchCfg)
+	if err != nil {
+		return err
+	}
+	clients := clients{write: client, watch: watchClient}
+	if o.ClusterName == defaultClusterName {
+		logger.Info("Warning: --cluster-name is the default; cloud resources are tagged with it, so give each cluster on a cloud account its own name",
+			"clusterName", o.ClusterName)
+	}
 	reg := NewRegistry()
 	h := &health{}
-	addr, serveErr, err := serve(ctx, o, h, reg, client)
+	addr, serveErr, err := serve(ctx, o, h, reg, restCfg)
 	if err != nil {
 		return err
 	}
@@ -68,7 +88,7 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 		if o.EnableLeaderMigration {
 			logger.Info("Leader migration is off: it needs --leader-elect")
 		}
-		if err := startControllers(ctx, o, enabled, provider, client, reg, h); err != nil {
+		if err := startControllers(ctx, o, enabled, provider, clients, reg, h); err != nil {
 			return err
 		}
 		select {
@@ -81,7 +101,7 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	mig, _ := o.migration() // validated above
 	if mig == nil {
 		return elect(ctx, o, client, h, o.LeaderElectLockName, func(ctx context.Context, _ func(error)) error {
-			return startControllers(ctx, o, enabled, provider, client, reg, h)
+			return startControllers(ctx, o, enabled, provider, clients, reg, h)
 		})
 	}
 	own, migrated, unowned := SplitForMigration(enabled, *mig)
@@ -90,13 +110,13 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	// then the migration lease, so that one process never holds the
 	// migration lease while another holds the main one.
 	return elect(ctx, o, client, h, o.LeaderElectLockName, func(ctx context.Context, fail func(error)) error {
-		if err := startControllers(ctx, o, own, provider, client, reg, h); err != nil {
+		if err := startControllers(ctx, o, own, provider, clients, reg, h); err != nil {
 			return err
 		}
 		go func() {
 			err := elect(ctx, o, client, h, mig.LeaderName, func(ctx context.Context, _ func(error)) error {
 				logger.Info("Holding the migration lease; starting migrated controllers", "lease", mig.LeaderName)
-				return startControllers(ctx, o, migrated, provider, client, reg, h)
+				return startControllers(ctx, o, migrated, provider, clients, reg, h)
 			})
 			if err != nil && ctx.Err() == nil {
 				fail(fmt.Errorf("migration lease %s: %w", mig.LeaderName, err))
@@ -192,19 +212,47 @@ func elect(ctx context.Context, o *Options, client kubernetes.Interface, h *heal
 
 // startControllers starts the informers and every enabled controller, and
 // marks the manager ready when the caches are synced.
+// clients are the CCM's apiserver clients: writes and reads with a
+// whole-request timeout, and watches without one.
+type clients struct {
+	write, watch kubernetes.Interface
+}
+
+// clusterUID reads the UID of namespace kube-system, the cluster's identity
+// for cloud tags (the name may be shared by clusters). It retries briefly;
+// without it, orphan collection stays off rather than guess.
+func clusterUID(ctx context.Context, client kubernetes.Interface) types.UID {
+	var uid types.UID
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		ns, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Reading namespace kube-system for the cluster UID", "err", err)
+			return false, nil
+		}
+		uid = ns.UID
+		return true, nil
+	})
+	return uid
+}
+
 func startControllers(ctx context.Context, o *Options, enabled []Controller, provider cloud.Provider,
-	client kubernetes.Interface, reg prometheus.Registerer, h *health) error {
+	cs clients, reg prometheus.Registerer, h *health) error {
 	logger := klog.FromContext(ctx)
+	client := cs.write
 	h.ready.Store(false)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(cs.watch, 0, informers.WithTransform(dropManagedFields))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	go func() {
 		<-ctx.Done()
 		broadcaster.Shutdown()
 	}()
+	uid := clusterUID(ctx, client)
+	if uid == "" {
+		logger.Info("Warning: cannot read namespace kube-system: load balancers are not tagged with the cluster UID and orphans are not collected (grant get on namespaces)")
+	}
 	cc := &ControllerContext{
-		Client: client, Informers: factory, Cloud: provider, Options: o, Metrics: reg,
+		Client: client, Informers: factory, Cloud: provider, Options: o, Metrics: reg, ClusterUID: uid,
 		Recorder: func(component string) record.EventRecorder {
 			return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 		},

@@ -85,6 +85,12 @@ type HealthCheck struct {
 type LoadBalancerSpec struct {
 	// Cluster is the --cluster-name; load balancers are tagged with it.
 	Cluster string
+	// ClusterUID is the UID of the cluster's kube-system namespace, set by
+	// the service controller. Unlike Cluster it is unique per cluster, so a
+	// provider that tags load balancers with it (and returns it in
+	// LoadBalancerRef) lets orphan collection prove a load balancer is this
+	// cluster's even when two clusters share a name on one cloud account.
+	ClusterUID types.UID
 	// Name is the stable cloud name: "a" + the Service UID without dashes,
 	// 32 characters at most (as upstream's DefaultLoadBalancerName).
 	Name string
@@ -185,12 +191,18 @@ type LoadBalancerRef struct {
 	// Service and UID are those of the Service it was made for.
 	Service types.NamespacedName
 	UID     types.UID
+	// ClusterUID is the LoadBalancerSpec.ClusterUID it was made with; empty
+	// when the provider does not keep it. Orphan collection deletes only
+	// load balancers whose ClusterUID and UID are known and prove them this
+	// cluster's: one without them is never deleted by the collector.
+	ClusterUID types.UID
 }
 
 // LoadBalancerLister is optionally implemented by a provider's
 // LoadBalancers: listing the load balancers it made for a cluster lets
 // Portside delete those whose Service is gone (deleted while the CCM was
-// down, or its finalizer removed by hand), so none is ever leaked.
+// down, or its finalizer removed by hand), so none is ever leaked. Only
+// refs that carry ClusterUID, Service and UID are ever collected.
 type LoadBalancerLister interface {
 	ListLoadBalancers(ctx context.Context, cluster string) ([]LoadBalancerRef, error)
 }

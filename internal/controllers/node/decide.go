@@ -123,7 +123,12 @@ func reservedLabel(key string) bool {
 // dual-stack): each provided IP must be among the cloud's addresses; the
 // matching addresses come first and replace the other addresses of their
 // type. The kubelet's Hostname address is kept when the cloud gives none.
+// An empty list from the cloud keeps the node's addresses as they are (as
+// upstream skips the update): a cloud hiccup must not unroute a node.
 func DesiredAddresses(node *corev1.Node, cloudAddrs []corev1.NodeAddress) ([]corev1.NodeAddress, error) {
+	if len(cloudAddrs) == 0 {
+		return slices.Clone(node.Status.Addresses), nil
+	}
 	out := slices.Clone(cloudAddrs)
 	if provided := strings.TrimSpace(node.Annotations[AnnotationProvidedNodeIP]); provided != "" {
 		ips, err := parseProvidedIPs(provided)

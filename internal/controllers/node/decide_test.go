@@ -129,3 +129,27 @@ func TestGALabelFixes(t *testing.T) {
 		t.Errorf("fixes = %v", got)
 	}
 }
+
+// TestDesiredAddressesEmptyFromCloud: an empty list from the cloud never
+// wipes a node's addresses (upstream skips the update), with or without a
+// provided node IP.
+func TestDesiredAddressesEmptyFromCloud(t *testing.T) {
+	have := []corev1.NodeAddress{addr(corev1.NodeInternalIP, "10.0.0.1"), addr(corev1.NodeHostName, "n1")}
+	for _, provided := range []string{"", "10.0.0.1"} {
+		n := tainted(map[string]string{AnnotationProvidedNodeIP: provided})
+		n.Status.Addresses = have
+		for _, empty := range [][]corev1.NodeAddress{nil, {}} {
+			got, err := DesiredAddresses(n, empty)
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(have) {
+				t.Errorf("provided %q, cloud %v: got %v %v, want the node's %v", provided, empty, got, err, have)
+			}
+		}
+	}
+	md := &cloud.InstanceMetadata{ProviderID: "local://i-1"}
+	n := tainted(nil)
+	n.Status.Addresses = have
+	init, err := DecideInitialization(n, md)
+	if err != nil || init.AddressesChanged {
+		t.Errorf("initialization with no cloud addresses: changed=%v err=%v", init != nil && init.AddressesChanged, err)
+	}
+}

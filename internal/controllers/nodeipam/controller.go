@@ -166,6 +166,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		return nil
 	}
+	if !NeedsAllocation(node) {
+		return nil
+	}
 	cidrs, err := c.cidrsFor(ctx, node)
 	if err != nil {
 		return err

@@ -45,13 +45,42 @@ func (r *requeueAfter) Unwrap() error { return r.err }
 // RetryAfter wraps err to be retried after d instead of with backoff.
 func RetryAfter(d time.Duration, err error) error { return &requeueAfter{after: d, err: err} }
 
-// retryDelay returns the fixed retry delay err asks for, if any.
+// Bounds on a delay a cloud asks for: a Retry-After of a few milliseconds
+// must not make a hot loop, nor one of a day park a Service for a day.
+const (
+	MinRetryAfter = 100 * time.Millisecond
+	MaxRetryAfter = 10 * time.Minute
+)
+
+// retryDelay returns the fixed retry delay err asks for, if any, clamped to
+// [MinRetryAfter, MaxRetryAfter]. A zero or negative delay is no usable
+// answer: the key gets the ordinary backoff.
 func retryDelay(err error) (time.Duration, bool) {
+	var (
+		d     time.Duration
+		fixed bool
+	)
 	var r *requeueAfter
 	if errors.As(err, &r) {
-		return r.after, true
+		d, fixed = r.after, true
+	} else {
+		d, fixed = cloud.IsRetryAfter(err)
 	}
-	return cloud.IsRetryAfter(err)
+	return ClampRetryAfter(d, fixed)
+}
+
+// ClampRetryAfter bounds a retry-after delay; ok is false when the delay is
+// not usable (none, zero or negative) and backoff applies instead.
+func ClampRetryAfter(d time.Duration, asked bool) (time.Duration, bool) {
+	switch {
+	case !asked || d <= 0:
+		return 0, false
+	case d < MinRetryAfter:
+		return MinRetryAfter, true
+	case d > MaxRetryAfter:
+		return MaxRetryAfter, true
+	}
+	return d, true
 }
 
 // Run starts workers that process q with sync until ctx is done, then

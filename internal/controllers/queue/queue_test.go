@@ -69,3 +69,34 @@ func TestErrorContract(t *testing.T) {
 		t.Errorf("backoff does not grow: %v then %v", g1, g3)
 	}
 }
+
+func TestClampRetryAfter(t *testing.T) {
+	cases := []struct {
+		d     time.Duration
+		asked bool
+		want  time.Duration
+		ok    bool
+	}{
+		{0, false, 0, false},
+		{time.Second, false, 0, false},
+		{0, true, 0, false},
+		{-5 * time.Second, true, 0, false},
+		{time.Millisecond, true, MinRetryAfter, true},
+		{3 * time.Second, true, 3 * time.Second, true},
+		{48 * time.Hour, true, MaxRetryAfter, true},
+	}
+	for _, tc := range cases {
+		got, ok := ClampRetryAfter(tc.d, tc.asked)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ClampRetryAfter(%v, %v) = %v, %v; want %v, %v", tc.d, tc.asked, got, ok, tc.want, tc.ok)
+		}
+	}
+	// Through the error contract: a cloud asking for 0 or a negative delay
+	// gets backoff, not a fixed immediate retry.
+	if _, fixed := retryDelay(cloud.RetryAfter(0, "now")); fixed {
+		t.Error("Retry-After 0 taken as a fixed delay")
+	}
+	if d, fixed := retryDelay(cloud.RetryAfter(time.Nanosecond, "soon")); !fixed || d != MinRetryAfter {
+		t.Errorf("Retry-After 1ns: %v %v", d, fixed)
+	}
+}

@@ -9,13 +9,13 @@ package service
 import (
 	"context"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -41,6 +41,9 @@ type Config struct {
 	LoadBalancers cloud.LoadBalancers
 	Recorder      record.EventRecorder
 	ClusterName   string
+	// ClusterUID is the kube-system namespace's UID: load balancers are
+	// tagged with it, and orphan collection runs only when it is known.
+	ClusterUID types.UID
 	// Class, when set, makes the controller serve only Services of this
 	// loadBalancerClass (to run beside another implementation).
 	Class   string
@@ -68,10 +71,16 @@ type Controller struct {
 
 	mu    sync.Mutex
 	state map[string]synced // by service key
+	// owner is what we know of who made a Service's load balancer, by UID.
+	owner map[types.UID]Ownership
 	hosts struct {
 		list []cloud.Host
 		hash string
 	}
+	// nodesChanged coalesces node events: the host set is recomputed once
+	// per burst (and not at all before the caches are synced), so startup
+	// with N nodes costs O(N), not a rescan per node.
+	nodesChanged chan struct{}
 }
 
 // New registers the controller's event handlers.
@@ -85,6 +94,9 @@ func New(cfg Config) (*Controller, error) {
 		queue:     queue.New("service-lb", time.Second, 5*time.Minute),
 		features:  cfg.LoadBalancers.Features(),
 		state:     map[string]synced{},
+		owner:     map[types.UID]Ownership{},
+
+		nodesChanged: make(chan struct{}, 1),
 	}
 	if _, err := cfg.Services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.onService(nil, obj.(*corev1.Service)) },
@@ -92,8 +104,16 @@ func New(cfg Config) (*Controller, error) {
 			c.onService(old.(*corev1.Service), obj.(*corev1.Service))
 		},
 		DeleteFunc: func(obj any) {
-			if svc, ok := obj.(*corev1.Service); ok {
-				c.queue.Add(serviceKey(svc.Namespace, svc.Name))
+			if svc, ok := queue.Untombstone(obj).(*corev1.Service); ok {
+				c.mu.Lock()
+				if c.owner[svc.UID] == OwnershipOthers {
+					delete(c.owner, svc.UID)
+				}
+				_, had := c.state[serviceKey(svc.Namespace, svc.Name)]
+				c.mu.Unlock()
+				if had {
+					c.queue.Add(serviceKey(svc.Namespace, svc.Name))
+				}
 			} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				c.queue.Add(tomb.Key)
 			}
@@ -102,23 +122,66 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	_, err := cfg.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.onNodes() },
-		UpdateFunc: func(old, obj any) { c.onNodeUpdate(old.(*corev1.Node), obj.(*corev1.Node)) },
+		AddFunc: func(any) { c.onNodes() },
+		UpdateFunc: func(old, obj any) {
+			if HostSetChanged(old.(*corev1.Node), obj.(*corev1.Node)) {
+				c.onNodes()
+			}
+		},
 		DeleteFunc: func(any) { c.onNodes() },
 	})
 	return c, err
 }
 
-// onService queues a Service that is ours (or was), when something that
-// matters changed: status-only updates (our own patches) are ignored.
+// onService learns who owns a Service's load balancer and queues the
+// Services this controller must act on, when something that matters
+// changed: status-only updates (our own patches) are ignored, and Services
+// of another class are never queued.
 func (c *Controller) onService(old, svc *corev1.Service) {
-	if !WantsLoadBalancer(svc, c.cfg.Class) && !HasFinalizer(svc) {
+	key := serviceKey(svc.Namespace, svc.Name)
+	c.mu.Lock()
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && !OfClass(svc, c.cfg.Class) {
+		c.owner[svc.UID] = OwnershipOthers
+	}
+	if old != nil && old.UID == svc.UID && old.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.Type != corev1.ServiceTypeLoadBalancer &&
+		c.owner[svc.UID] == OwnershipUnknown {
+		// A type change clears the class: remember whose it was.
+		if OfClass(old, c.cfg.Class) {
+			c.owner[svc.UID] = OwnershipOurs
+		} else {
+			c.owner[svc.UID] = OwnershipOthers
+		}
+	}
+	owner := c.owner[svc.UID]
+	st, had := c.state[key]
+	c.mu.Unlock()
+	if !WantsLoadBalancer(svc, c.cfg.Class) && !NeedsCleanup(svc, c.cfg.Class, owner) && !(had && st.spec.UID == svc.UID) {
 		return
 	}
 	if old != nil && equality.Semantic.DeepEqual(old.Spec, svc.Spec) && equalMeta(old, svc) {
 		return
 	}
-	c.queue.Add(serviceKey(svc.Namespace, svc.Name))
+	c.queue.Add(key)
+}
+
+// ownership is what this controller knows of svc's load balancer.
+func (c *Controller) ownership(svc *corev1.Service) Ownership {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.state[serviceKey(svc.Namespace, svc.Name)]; ok && st.spec.UID == svc.UID {
+		return OwnershipOurs
+	}
+	return c.owner[svc.UID]
+}
+
+func (c *Controller) setOwnership(uid types.UID, o Ownership) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o == OwnershipUnknown {
+		delete(c.owner, uid)
+	} else {
+		c.owner[uid] = o
+	}
 }
 
 func equalMeta(a, b *corev1.Service) bool {
@@ -126,18 +189,32 @@ func equalMeta(a, b *corev1.Service) bool {
 		len(a.Finalizers) == len(b.Finalizers) && a.UID == b.UID
 }
 
-// onNodeUpdate filters node updates to those that change the host set.
-func (c *Controller) onNodeUpdate(old, n *corev1.Node) {
-	if EligibleNode(old) != EligibleNode(n) || old.Spec.ProviderID != n.Spec.ProviderID ||
-		!slices.Equal(old.Status.Addresses, n.Status.Addresses) {
-		c.onNodes()
+// onNodes asks for the host set to be recomputed.
+func (c *Controller) onNodes() {
+	select {
+	case c.nodesChanged <- struct{}{}:
+	default: // a recompute is already pending; it will see this change
 	}
 }
 
-// onNodes recomputes the host set; when it changed, every Service with a
-// load balancer is queued at once (bounded by the workers). Services whose
-// load balancer already has this host set make no cloud call.
-func (c *Controller) onNodes() {
+// watchNodes recomputes the host set after node changes, one burst at a time.
+func (c *Controller) watchNodes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.nodesChanged:
+			c.recomputeHosts()
+		}
+	}
+}
+
+// recomputeHosts recomputes the host set; when it changed, every Service
+// that wants a load balancer (those being made included, so a node change
+// during a first ensure is not lost) is queued at once, bounded by the
+// workers. Services whose load balancer already has this host set make no
+// cloud call.
+func (c *Controller) recomputeHosts() {
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return
@@ -147,15 +224,18 @@ func (c *Controller) onNodes() {
 	c.mu.Lock()
 	changed := hash != c.hosts.hash
 	c.hosts.list, c.hosts.hash = hosts, hash
-	var keys []string
-	if changed {
-		for k := range c.state {
-			keys = append(keys, k)
-		}
-	}
 	c.mu.Unlock()
-	for _, k := range keys {
-		c.queue.Add(k)
+	if !changed {
+		return
+	}
+	svcs, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, svc := range svcs {
+		if WantsLoadBalancer(svc, c.cfg.Class) {
+			c.queue.Add(serviceKey(svc.Namespace, svc.Name))
+		}
 	}
 }
 
@@ -170,10 +250,16 @@ func (c *Controller) Run(ctx context.Context) {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.hasSynced...) {
 		return
 	}
-	c.onNodes()
-	klog.FromContext(ctx).Info("Starting", "workers", c.cfg.Workers, "class", c.cfg.Class)
+	c.recomputeHosts()
+	go c.watchNodes(ctx)
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting", "workers", c.cfg.Workers, "class", c.cfg.Class, "clusterUID", c.cfg.ClusterUID)
 	if lister, ok := c.cfg.LoadBalancers.(cloud.LoadBalancerLister); ok {
-		go c.collectOrphans(ctx, lister)
+		if c.cfg.ClusterUID == "" {
+			logger.Info("Orphaned load balancers are not collected: the cluster's UID (of namespace kube-system) is unknown")
+		} else {
+			go c.collectOrphans(ctx, lister)
+		}
 	}
 	queue.Run(ctx, c.queue, c.cfg.Workers, c.sync)
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -26,17 +27,20 @@ const (
 	ConditionLoadBalancerReady = "LoadBalancerReady"
 )
 
-// WantsLoadBalancer reports whether this controller should provide a load
-// balancer for svc: type LoadBalancer and no class, or, when class is set
-// (--load-balancer-class), exactly that class.
-func WantsLoadBalancer(svc *corev1.Service, class string) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
-		return false
-	}
+// OfClass reports whether svc is in this controller's charge by class:
+// without --load-balancer-class, Services without a class (as upstream);
+// with it, exactly that class. Nothing outside it is ever touched.
+func OfClass(svc *corev1.Service, class string) bool {
 	if class == "" {
 		return svc.Spec.LoadBalancerClass == nil
 	}
 	return svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass == class
+}
+
+// WantsLoadBalancer reports whether this controller should provide a load
+// balancer for svc: type LoadBalancer, of our class, not being deleted.
+func WantsLoadBalancer(svc *corev1.Service, class string) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil && OfClass(svc, class)
 }
 
 // HasFinalizer reports whether svc carries the cleanup finalizer.
@@ -44,16 +48,53 @@ func HasFinalizer(svc *corev1.Service) bool {
 	return slices.Contains(svc.Finalizers, FinalizerCleanup)
 }
 
-// NeedsCleanup reports whether svc has a load balancer of ours to delete:
-// our finalizer is on it, and it is being deleted or no longer wants one.
-func NeedsCleanup(svc *corev1.Service, class string) bool {
-	return HasFinalizer(svc) && !WantsLoadBalancer(svc, class)
+// Ownership is what this controller knows of who made a Service's load
+// balancer. The cleanup finalizer is upstream's, shared by every
+// implementation, so it alone proves nothing.
+type Ownership int
+
+const (
+	// OwnershipUnknown: not seen making or declining it (e.g. after a restart).
+	OwnershipUnknown Ownership = iota
+	// OwnershipOurs: this controller added the finalizer or made the load balancer.
+	OwnershipOurs
+	// OwnershipOthers: seen as a LoadBalancer Service of another class.
+	OwnershipOthers
+)
+
+// NeedsCleanup reports whether svc's load balancer is ours to delete now
+// (then its status cleared and the finalizer removed). Only deletion or a
+// type change away from LoadBalancer triggers cleanup, as upstream; and
+// only for Services of our class. A type change clears the class (the
+// apiserver drops it), so a former LoadBalancer Service is cleaned up when
+// we know we made its load balancer, or when we serve class-less Services
+// and nobody else is known to have (upstream's behaviour). With
+// --load-balancer-class and nothing known (after a restart), orphan
+// collection proves it from the cloud's tags and queues it again.
+func NeedsCleanup(svc *corev1.Service, class string, owner Ownership) bool {
+	if !HasFinalizer(svc) {
+		return false
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		return svc.DeletionTimestamp != nil && OfClass(svc, class)
+	}
+	switch owner {
+	case OwnershipOurs:
+		return true
+	case OwnershipOthers:
+		return false
+	default:
+		return class == "" && svc.Spec.LoadBalancerClass == nil
+	}
 }
 
-// EligibleNode is upstream's stable node-set predicate: not being deleted,
-// not excluded by label (an unparsable value excludes), not tainted for
-// deletion by the cluster autoscaler. Readiness is deliberately not used
+// EligibleNode is upstream's stable node-set predicate, less the cluster
+// autoscaler's taint: not being deleted, not excluded by label (an
+// unparsable value excludes). Readiness is deliberately not used
 // (KEP-3458): load-balancer health checks handle it without a cloud call.
+// A node tainted ToBeDeletedByClusterAutoscaler stays a backend until it is
+// deleted: kube-proxy's health check fails for it (KEP-3836), so the load
+// balancer drains it instead of cutting its connections at once.
 func EligibleNode(n *corev1.Node) bool {
 	if n.DeletionTimestamp != nil {
 		return false
@@ -63,7 +104,33 @@ func EligibleNode(n *corev1.Node) bool {
 			return false
 		}
 	}
-	return !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintToBeDeletedByCA })
+	return true
+}
+
+// HostSetChanged reports whether a node update can change the load
+// balancers' host sets (as upstream's shouldSyncUpdatedNode): eligibility,
+// providerID, or the addresses as a set (order is not a change).
+func HostSetChanged(old, n *corev1.Node) bool {
+	return EligibleNode(old) != EligibleNode(n) || old.Spec.ProviderID != n.Spec.ProviderID ||
+		!sameAddresses(old.Status.Addresses, n.Status.Addresses)
+}
+
+func sameAddresses(a, b []corev1.NodeAddress) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return slices.Equal(sortedAddresses(a), sortedAddresses(b))
+}
+
+func sortedAddresses(as []corev1.NodeAddress) []corev1.NodeAddress {
+	out := slices.Clone(as)
+	slices.SortFunc(out, func(x, y corev1.NodeAddress) int {
+		if c := strings.Compare(string(x.Type), string(y.Type)); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Address, y.Address)
+	})
+	return out
 }
 
 // Hosts returns the load-balancer hosts among nodes, sorted by name.
@@ -79,12 +146,12 @@ func Hosts(nodes []*corev1.Node) []cloud.Host {
 }
 
 // HostsHash identifies a host set: names, providerIDs and addresses (the
-// load balancer's backends are node addresses).
+// load balancer's backends are node addresses), in any order.
 func HostsHash(hosts []cloud.Host) string {
 	h := sha256.New()
 	for _, host := range hosts {
 		fmt.Fprintf(h, "%s|%s|", host.Name, host.ProviderID)
-		for _, a := range host.Addresses {
+		for _, a := range sortedAddresses(host.Addresses) {
 			fmt.Fprintf(h, "%s=%s,", a.Type, a.Address)
 		}
 		h.Write([]byte{'\n'})
@@ -92,13 +159,18 @@ func HostsHash(hosts []cloud.Host) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// SpecHash identifies what of a Service its load balancer depends on: the
-// validated spec and the annotations (providers read their own).
+// SpecHash identifies what of a Service its load balancer may depend on:
+// the validated spec, the whole Service spec (every field upstream
+// re-syncs on, targetPort, appProtocol, sessionAffinityConfig, externalIPs,
+// ipFamilyPolicy..., reaches the provider when it changes) and the
+// annotations (providers read their own).
 func SpecHash(spec *cloud.LoadBalancerSpec) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s|%s|%s|%v|%v|%v|%v|%s|%v\n", spec.Cluster, spec.Name, spec.UID, spec.Ports, spec.SourceRanges,
+	fmt.Fprintf(h, "%s|%s|%s|%s|%v|%v|%v|%v|%s|%v\n", spec.Cluster, spec.ClusterUID, spec.Name, spec.UID, spec.Ports, spec.SourceRanges,
 		spec.HealthCheck, spec.IPFamilies, spec.RequestedIP, spec.ClientIPAffinity)
 	if spec.Object != nil {
+		raw, _ := json.Marshal(spec.Object.Spec)
+		h.Write(raw)
 		keys := make([]string, 0, len(spec.Object.Annotations))
 		for k := range spec.Object.Annotations {
 			keys = append(keys, k)
@@ -135,9 +207,37 @@ func Unsupported(spec *cloud.LoadBalancerSpec, f cloud.LoadBalancerFeatures) str
 	return ""
 }
 
-// statusEqual compares load-balancer statuses.
-func statusEqual(a, b *corev1.LoadBalancerStatus) bool {
-	return equality.Semantic.DeepEqual(a.Ingress, b.Ingress)
+// StatusEqual compares load-balancer statuses; the order of the ingress
+// entries is not a change.
+func StatusEqual(a, b *corev1.LoadBalancerStatus) bool {
+	return equality.Semantic.DeepEqual(sortedIngress(a.Ingress), sortedIngress(b.Ingress))
+}
+
+func sortedIngress(in []corev1.LoadBalancerIngress) []corev1.LoadBalancerIngress {
+	if len(in) == 0 {
+		return nil
+	}
+	out := slices.Clone(in)
+	slices.SortStableFunc(out, func(x, y corev1.LoadBalancerIngress) int {
+		if c := strings.Compare(x.IP, y.IP); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Hostname, y.Hostname)
+	})
+	return out
+}
+
+// UsableStatus reports why an EnsureLoadBalancer result cannot be recorded
+// as ready, or "": a provider returning no status or no ingress has not
+// provisioned the load balancer yet, and is asked again.
+func UsableStatus(st *corev1.LoadBalancerStatus) string {
+	if st == nil {
+		return "the cloud provider returned no load-balancer status"
+	}
+	if len(st.Ingress) == 0 {
+		return "the cloud provider returned a load-balancer status without ingress"
+	}
+	return ""
 }
 
 func serviceKey(namespace, name string) string { return namespace + "/" + name }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +18,8 @@ import (
 )
 
 // sync brings one Service's load balancer to what the Service wants.
+// It acts only on what is provably ours: Services of our class, and load
+// balancers this controller made (its memory) or that carry our tags.
 func (c *Controller) sync(ctx context.Context, key string) error {
 	ns, name := splitKey(key)
 	svc, err := c.services.Services(ns).Get(name)
@@ -28,18 +29,34 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if NeedsCleanup(svc, c.cfg.Class) {
+	c.mu.Lock()
+	prev, had := c.state[key]
+	c.mu.Unlock()
+	if had && prev.spec.UID != svc.UID {
+		// Recreated under the same name: the old UID's load balancer was
+		// ours and its Service is gone.
+		if err := c.serviceGone(ctx, key); err != nil {
+			return err
+		}
+		had = false
+	}
+	owner := c.ownership(svc)
+	switch {
+	case NeedsCleanup(svc, c.cfg.Class, owner):
 		return c.cleanup(ctx, key, svc)
+	case WantsLoadBalancer(svc, c.cfg.Class):
+		return c.ensure(ctx, key, svc)
+	case had && svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
+		// We made its load balancer, but its finalizer was removed by hand
+		// and it no longer wants one.
+		return c.serviceGone(ctx, key)
 	}
-	if !WantsLoadBalancer(svc, c.cfg.Class) {
-		return nil
-	}
-	return c.ensure(ctx, key, svc)
+	return nil
 }
 
-// serviceGone deletes the load balancer of a Service deleted without our
-// finalizer running (e.g. removed by hand); the orphan collector covers the
-// case where this CCM never saw the Service.
+// serviceGone deletes the load balancer this controller made for a Service
+// that is gone, or recreated, without our finalizer running (e.g. removed
+// by hand); the orphan collector covers the case where this CCM never saw it.
 func (c *Controller) serviceGone(ctx context.Context, key string) error {
 	c.mu.Lock()
 	st, ok := c.state[key]
@@ -50,46 +67,49 @@ func (c *Controller) serviceGone(ctx context.Context, key string) error {
 	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, st.spec); err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
 		return err
 	}
-	c.forget(key)
-	klog.FromContext(ctx).Info("Deleted the load balancer of a deleted Service", "service", key, "loadBalancer", st.spec.Name)
+	c.forget(key, st.spec.UID)
+	klog.FromContext(ctx).Info("Deleted the load balancer of a deleted Service", "service", key, "loadBalancer", st.spec.Name, "uid", st.spec.UID)
 	return nil
 }
 
-func (c *Controller) forget(key string) {
+func (c *Controller) forget(key string, uid types.UID) {
 	c.mu.Lock()
-	delete(c.state, key)
+	if st, ok := c.state[key]; ok && st.spec.UID == uid {
+		delete(c.state, key)
+	}
+	delete(c.owner, uid)
 	c.mu.Unlock()
 }
 
-// cleanup deletes the load balancer, clears the status and removes the finalizer.
+// cleanup deletes the load balancer, clears the status (ingress and our
+// condition) and removes the finalizer.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *corev1.Service) error {
-	spec := identitySpec(c.cfg.ClusterName, svc)
+	spec := identitySpec(c.cfg.ClusterName, c.cfg.ClusterUID, svc)
 	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletingLoadBalancer", "Deleting load balancer")
 	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
 		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "Error deleting load balancer: %v", err)
 		return err
 	}
-	c.forget(key)
-	if len(svc.Status.LoadBalancer.Ingress) > 0 {
-		if err := c.patchStatus(ctx, svc, &corev1.LoadBalancerStatus{}, nil); err != nil {
-			return err
-		}
+	if err := c.clearStatus(ctx, svc); err != nil {
+		return err
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == FinalizerCleanup })
 	if err := c.patchFinalizers(ctx, svc, finalizers); err != nil {
 		return err
 	}
+	c.forget(key, svc.UID)
 	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "Deleted load balancer")
 	return nil
 }
 
 // identitySpec is enough of a spec to find and delete a load balancer,
 // for Services that are no longer valid LoadBalancer Services.
-func identitySpec(cluster string, svc *corev1.Service) *cloud.LoadBalancerSpec {
+func identitySpec(cluster string, clusterUID types.UID, svc *corev1.Service) *cloud.LoadBalancerSpec {
 	if spec, err := cloud.SpecFromService(cluster, svc); err == nil {
+		spec.ClusterUID = clusterUID
 		return spec
 	}
-	return &cloud.LoadBalancerSpec{Cluster: cluster, Name: cloud.LoadBalancerName(svc.UID),
+	return &cloud.LoadBalancerSpec{Cluster: cluster, ClusterUID: clusterUID, Name: cloud.LoadBalancerName(svc.UID),
 		Service: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, UID: svc.UID, Object: svc}
 }
 
@@ -101,6 +121,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 	if err != nil {
 		return c.failTerminal(ctx, svc, "InvalidService", err.Error())
 	}
+	spec.ClusterUID = c.cfg.ClusterUID
 	if why := Unsupported(spec, c.features); why != "" {
 		return c.failTerminal(ctx, svc, "UnsupportedService", why)
 	}
@@ -112,6 +133,8 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 	if had && prev.spec.UID == spec.UID && prev.specHash == specHash && prev.hostsHash == hostsHash {
 		return nil // the cloud already has exactly this
 	}
+	// From here on the load balancer may exist: it is ours to clean up.
+	c.setOwnership(svc.UID, OwnershipOurs)
 	if !HasFinalizer(svc) {
 		if err := c.patchFinalizers(ctx, svc, append(slices.Clone(svc.Finalizers), FinalizerCleanup)); err != nil {
 			return err
@@ -144,6 +167,10 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 				Reason: "CloudError", Message: truncate(err.Error())})
 		}
 		return err
+	}
+	if why := UsableStatus(status); why != "" {
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "Error syncing load balancer: %s; retrying", why)
+		return errors.New(why) // retried with backoff, not recorded ready
 	}
 	cond := &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "The load balancer serves the Service"}
 	if err := c.patchStatus(ctx, svc, status, cond); err != nil {
@@ -179,7 +206,7 @@ func truncate(s string) string {
 // when they differ from the Service's.
 func (c *Controller) patchStatus(ctx context.Context, svc *corev1.Service, lb *corev1.LoadBalancerStatus, cond *metav1.Condition) error {
 	st := map[string]any{}
-	if lb != nil && !statusEqual(&svc.Status.LoadBalancer, lb) {
+	if lb != nil && !StatusEqual(&svc.Status.LoadBalancer, lb) {
 		st["loadBalancer"] = lb
 	}
 	if cond != nil {
@@ -215,47 +242,30 @@ func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, f
 	return nil
 }
 
-// collectOrphans deletes, every OrphanPeriod, cloud load balancers of this
-// cluster whose Service is gone or no longer wants them. A load balancer is
-// only deleted after a live read confirms its Service does not want it.
-func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalancerLister) {
-	logger := klog.FromContext(ctx)
-	for {
-		refs, err := lister.ListLoadBalancers(ctx, c.cfg.ClusterName)
-		if err != nil {
-			logger.Error(err, "Listing load balancers for orphan collection")
-		}
-		for _, ref := range refs {
-			if c.wanted(ctx, ref) {
-				continue
-			}
-			spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, Name: ref.Name, Service: ref.Service, UID: ref.UID}
-			if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
-				logger.Error(err, "Deleting orphaned load balancer", "loadBalancer", ref.Name, "service", ref.Service)
-				continue
-			}
-			logger.Info("Deleted orphaned load balancer", "loadBalancer", ref.Name, "service", ref.Service, "uid", ref.UID)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(c.cfg.OrphanPeriod):
+// clearStatus removes the ingress and our condition. A merge patch of an
+// empty loadBalancer object would leave the ingress in place: it is set to
+// null explicitly.
+func (c *Controller) clearStatus(ctx context.Context, svc *corev1.Service) error {
+	st := map[string]any{}
+	if len(svc.Status.LoadBalancer.Ingress) > 0 {
+		st["loadBalancer"] = map[string]any{"ingress": nil}
+	}
+	if meta.FindStatusCondition(svc.Status.Conditions, ConditionLoadBalancerReady) != nil {
+		conds := slices.Clone(svc.Status.Conditions)
+		meta.RemoveStatusCondition(&conds, ConditionLoadBalancerReady)
+		if len(conds) == 0 {
+			st["conditions"] = nil
+		} else {
+			st["conditions"] = conds
 		}
 	}
-}
-
-// wanted reports whether a load balancer's Service still wants it; any
-// doubt (an API error) keeps the load balancer.
-func (c *Controller) wanted(ctx context.Context, ref cloud.LoadBalancerRef) bool {
-	if ref.Service.Name == "" {
-		return true // not made by a Service controller: not ours to judge
+	if len(st) == 0 {
+		return nil
 	}
-	svc, err := c.cfg.Client.CoreV1().Services(ref.Service.Namespace).Get(ctx, ref.Service.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false
+	patch, _ := json.Marshal(map[string]any{"status": st})
+	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("clear status: %w", err)
 	}
-	if err != nil {
-		return true
-	}
-	return svc.UID == ref.UID && (WantsLoadBalancer(svc, c.cfg.Class) || HasFinalizer(svc))
+	return nil
 }

@@ -105,9 +105,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		} else {
 			se.Message = strings.TrimSpace(string(data))
 		}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-			se.RetryAfter = time.Duration(s) * time.Second
-		}
+		se.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return se
 	}
 	if out == nil {
@@ -293,4 +291,27 @@ func (c *Client) Faults(ctx context.Context) (*api.Faults, error) {
 // SetFaults replaces the fault rules (an empty set clears them).
 func (c *Client) SetFaults(ctx context.Context, f api.Faults) error {
 	return c.do(ctx, http.MethodPut, "/v1/faults", f, nil)
+}
+
+// ParseRetryAfter reads a Retry-After header: delay-seconds or an HTTP-date
+// (RFC 9110). Absent, malformed, zero, negative or past values give 0 (the
+// caller backs off as usual); callers bound large values themselves.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		if s > int64(24*time.Hour/time.Second) {
+			s = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }

@@ -20,6 +20,10 @@ type loadBalancers Provider
 const (
 	TagServiceName = "kubernetes.io/service-name"
 	TagServiceUID  = "kubernetes.io/service-uid"
+	// TagClusterUID is the UID of the cluster's kube-system namespace:
+	// proof, for orphan collection, that the load balancer is this
+	// cluster's and not a same-named cluster's.
+	TagClusterUID = "kubernetes.io/cluster-uid"
 )
 
 func (p *loadBalancers) Features() cloud.LoadBalancerFeatures {
@@ -45,7 +49,7 @@ func (p *loadBalancers) GetLoadBalancer(ctx context.Context, spec *cloud.LoadBal
 func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) (*corev1.LoadBalancerStatus, error) {
 	req := api.LoadBalancerSpec{
 		Cluster:          spec.Cluster,
-		Tags:             map[string]string{TagServiceName: spec.Service.String(), TagServiceUID: string(spec.UID)},
+		Tags:             lbTags(spec),
 		Backends:         backends(hosts, spec.IPFamilies),
 		RequestedIP:      spec.RequestedIP,
 		ClientIPAffinity: spec.ClientIPAffinity,
@@ -72,6 +76,14 @@ func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.Load
 		return nil, fmt.Errorf("load balancer %s is %s: %s", spec.Name, lb.State, lb.Message)
 	}
 	return status(lb), nil
+}
+
+func lbTags(spec *cloud.LoadBalancerSpec) map[string]string {
+	tags := map[string]string{TagServiceName: spec.Service.String(), TagServiceUID: string(spec.UID)}
+	if spec.ClusterUID != "" {
+		tags[TagClusterUID] = string(spec.ClusterUID)
+	}
+	return tags
 }
 
 func (p *loadBalancers) UpdateLoadBalancerHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) error {
@@ -143,7 +155,7 @@ func (p *loadBalancers) ListLoadBalancers(ctx context.Context, cluster string) (
 	}
 	out := make([]cloud.LoadBalancerRef, 0, len(list))
 	for _, lb := range list {
-		ref := cloud.LoadBalancerRef{Name: lb.Name, UID: types.UID(lb.Tags[TagServiceUID])}
+		ref := cloud.LoadBalancerRef{Name: lb.Name, UID: types.UID(lb.Tags[TagServiceUID]), ClusterUID: types.UID(lb.Tags[TagClusterUID])}
 		if ns, name, ok := strings.Cut(lb.Tags[TagServiceName], "/"); ok {
 			ref.Service = types.NamespacedName{Namespace: ns, Name: name}
 		}

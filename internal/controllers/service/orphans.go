@@ -1,0 +1,113 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/cloud"
+)
+
+// OrphanVerdict is what orphan collection does with one cloud load balancer.
+type OrphanVerdict int
+
+const (
+	// OrphanKeep: not provably ours, or still wanted.
+	OrphanKeep OrphanVerdict = iota
+	// OrphanDelete: ours, and the Service it was made for is gone.
+	OrphanDelete
+	// OrphanCleanup: ours, and its Service (same UID) no longer wants it:
+	// the Service is queued for a full cleanup (load balancer, status,
+	// finalizer).
+	OrphanCleanup
+	// OrphanDeleteOnly: ours, and its Service (same UID) turned into
+	// another class's: the load balancer goes, the Service is not touched.
+	OrphanDeleteOnly
+)
+
+// ProvablyOurs reports whether a listed load balancer is this cluster's:
+// tagged with our cluster UID, and with the Service and UID it was made for.
+// The cluster name alone is no proof (two clusters may share it), and a
+// load balancer without these tags was not made by this controller.
+func ProvablyOurs(ref cloud.LoadBalancerRef, clusterUID string) bool {
+	return clusterUID != "" && string(ref.ClusterUID) == clusterUID && ref.UID != "" && ref.Service.Name != "" && ref.Service.Namespace != ""
+}
+
+// DecideOrphan decides about a load balancer of ours from a live read of its
+// Service (nil: not found). Service UIDs are never reused, so a Service of
+// the same name with another UID means the one it was made for is gone.
+func DecideOrphan(ref cloud.LoadBalancerRef, svc *corev1.Service, class string) OrphanVerdict {
+	switch {
+	case svc == nil || svc.UID != ref.UID:
+		return OrphanDelete
+	case WantsLoadBalancer(svc, class):
+		return OrphanKeep
+	case HasFinalizer(svc) && (svc.Spec.Type != corev1.ServiceTypeLoadBalancer || OfClass(svc, class)):
+		return OrphanCleanup
+	case svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp != nil && OfClass(svc, class):
+		return OrphanKeep // being deleted: its own cleanup deletes the load balancer
+	default:
+		return OrphanDeleteOnly
+	}
+}
+
+// collectOrphans deletes, every OrphanPeriod, cloud load balancers that are
+// provably this cluster's and whose Service is gone or no longer wants them.
+// Every decision is made on a live read of the Service; any doubt (an API
+// error, a missing tag) keeps the load balancer.
+func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalancerLister) {
+	logger := klog.FromContext(ctx)
+	untagged := map[string]bool{} // logged once each
+	for {
+		refs, err := lister.ListLoadBalancers(ctx, c.cfg.ClusterName)
+		if err != nil {
+			logger.Error(err, "Listing load balancers for orphan collection")
+		}
+		for _, ref := range refs {
+			if !ProvablyOurs(ref, string(c.cfg.ClusterUID)) {
+				if !untagged[ref.Name] {
+					untagged[ref.Name] = true
+					logger.V(2).Info("Not collecting a load balancer that is not provably this cluster's", "loadBalancer", ref.Name,
+						"clusterUID", ref.ClusterUID, "service", ref.Service, "uid", ref.UID)
+				}
+				continue
+			}
+			c.collectOne(ctx, ref)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.cfg.OrphanPeriod):
+		}
+	}
+}
+
+func (c *Controller) collectOne(ctx context.Context, ref cloud.LoadBalancerRef) {
+	logger := klog.FromContext(ctx).WithValues("loadBalancer", ref.Name, "service", ref.Service, "uid", ref.UID)
+	svc, err := c.cfg.Client.CoreV1().Services(ref.Service.Namespace).Get(ctx, ref.Service.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		svc, err = nil, nil
+	}
+	if err != nil {
+		return
+	}
+	switch DecideOrphan(ref, svc, c.cfg.Class) {
+	case OrphanKeep:
+		return
+	case OrphanCleanup:
+		c.setOwnership(svc.UID, OwnershipOurs)
+		c.queue.Add(serviceKey(svc.Namespace, svc.Name))
+		logger.Info("Queued the cleanup of a Service whose load balancer is ours and no longer wanted")
+		return
+	}
+	spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, ClusterUID: c.cfg.ClusterUID, Name: ref.Name, Service: ref.Service, UID: ref.UID}
+	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
+		logger.Error(err, "Deleting orphaned load balancer")
+		return
+	}
+	logger.Info("Deleted orphaned load balancer")
+}
