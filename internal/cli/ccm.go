@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/portside-io/portside/internal/manager"
+	"github.com/portside-io/portside/internal/version"
 	"github.com/portside-io/portside/pkg/cloud"
 	// Providers compiled into the binary register themselves.
 	_ "github.com/portside-io/portside/pkg/providers/local"
@@ -27,6 +28,15 @@ func newCCMCommand() *cobra.Command {
 			"Controllers: " + strings.Join(names, "; "),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Upstream's --version (and --version=raw) print and exit.
+			if raw, ok := o.VersionRequested(); ok {
+				if raw {
+					fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", version.Get())
+				} else {
+					fmt.Fprintln(cmd.OutOrStdout(), version.Get().String())
+				}
+				return nil
+			}
 			return manager.Run(cmd.Context(), o, known, nil)
 		},
 	}

@@ -14,11 +14,11 @@ import (
 // --controllers=*, in start order.
 func DefaultControllers() []Controller {
 	return []Controller{
-		{Name: node.Name, Aliases: []string{node.Alias}, Start: startCloudNode},
-		{Name: nodelifecycle.Name, Aliases: []string{nodelifecycle.Alias}, Start: startCloudNodeLifecycle},
-		{Name: service.Name, Aliases: []string{service.Alias}, Start: startServiceLB},
-		{Name: nodeipam.Name, Aliases: []string{nodeipam.Alias}, Start: startNodeIPAM},
-		{Name: route.Name, Aliases: []string{route.Alias}, Start: startRoutes},
+		{Name: node.Name, Aliases: []string{node.Alias}, ClientName: "node-controller", Start: startCloudNode},
+		{Name: nodelifecycle.Name, Aliases: []string{nodelifecycle.Alias}, ClientName: "node-controller", Start: startCloudNodeLifecycle},
+		{Name: service.Name, Aliases: []string{service.Alias}, ClientName: "service-controller", Start: startServiceLB},
+		{Name: nodeipam.Name, Aliases: []string{nodeipam.Alias}, ClientName: "node-controller", Start: startNodeIPAM},
+		{Name: route.Name, Aliases: []string{route.Alias}, ClientName: "route-controller", Start: startRoutes},
 	}
 }
 
@@ -61,7 +61,7 @@ func startServiceLB(ctx context.Context, cc *ControllerContext) (string, error) 
 	c, err := service.New(service.Config{
 		Client: cc.Client, Services: cc.Informers.Core().V1().Services(), Nodes: cc.Informers.Core().V1().Nodes(),
 		LoadBalancers: lbs, Recorder: cc.Recorder("service-controller"), ClusterName: cc.Options.ClusterName, ClusterUID: cc.ClusterUID,
-		Class: cc.Options.LoadBalancerClass, Workers: cc.Options.ConcurrentServiceSyncs,
+		Class: cc.Options.LoadBalancerClass, Workers: cc.Options.ConcurrentServiceSyncs, Metrics: cc.Metrics,
 	})
 	if err != nil {
 		return "", err

@@ -36,6 +36,10 @@ type Controller struct {
 	// Name is the upstream name, e.g. cloud-node-controller.
 	Name    string
 	Aliases []string
+	// ClientName is the ServiceAccount (kube-system) whose client the
+	// controller writes with under --use-service-account-credentials:
+	// upstream's names, so the apiserver's bootstrap roles apply.
+	ClientName string
 	// Start starts the controller in the background until ctx is done. It
 	// returns skip (with the reason) when the provider lacks what the
 	// controller needs.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
 )
 
 // Options are the CCM's settings. Names and defaults follow upstream's
@@ -64,6 +65,15 @@ type Options struct {
 	AlwaysAllowPaths []string
 	CertFile         string
 	KeyFile          string
+
+	// UseServiceAccountCredentials: each controller writes with a client
+	// of its own ServiceAccount in kube-system (upstream's names), not with
+	// the CCM's credentials.
+	UseServiceAccountCredentials bool
+
+	// compat holds the upstream flags Portside accepts without
+	// implementing them (compatflags.go).
+	compat *compatFlags
 }
 
 // NewOptions returns the defaults.
@@ -91,9 +101,13 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags registers the flags, with upstream names.
+// AddFlags registers the flags, with upstream names. Every other flag of
+// upstream's cloud-controller-manager is registered too, hidden, so that
+// upstream's manifests parse; IgnoredFlags says which of those were set.
+// As upstream, '_' in a flag name is read as '-'.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.CloudProvider, "cloud-provider", o.CloudProvider, "the provider to run against (registered providers: see `portside ccm --help`)")
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	fs.StringVar(&o.CloudProvider, "cloud-provider", o.CloudProvider, "the provider to run against (one of the registered providers listed above)")
 	fs.StringVar(&o.CloudConfig, "cloud-config", o.CloudConfig, "the provider's configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster (default: in-cluster configuration)")
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "controllers to run: '*' for all on by default, 'name' to enable, '-name' to disable")
@@ -120,7 +134,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AlwaysAllowPaths, "authorization-always-allow-paths", o.AlwaysAllowPaths, "paths served without authentication; others (/metrics) need a bearer token allowed by the apiserver (TokenReview and SubjectAccessReview)")
 	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
 	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "serving key")
+	fs.BoolVar(&o.UseServiceAccountCredentials, "use-service-account-credentials", o.UseServiceAccountCredentials, "each controller uses the credentials of its own ServiceAccount in kube-system (node-controller, service-controller, route-controller)")
 	o.NetworkOptions.addFlags(fs)
+	// Last: only the upstream flags not registered above.
+	o.addCompatFlags(fs)
 }
 
 // Validate checks the options; the error is one line that says what to fix.

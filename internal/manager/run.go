@@ -44,6 +44,9 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	if err := o.Validate(known); err != nil {
 		return err
 	}
+	if kv := o.IgnoredFlagsLogValues(); kv != nil {
+		logger.Info("Accepted upstream cloud-controller-manager flags that Portside ignores", kv...)
+	}
 	enabled, _ := EnabledControllers(o.Controllers, known)
 	provider, err := cloud.New(ctx, o.CloudProvider, o.CloudConfig)
 	if err != nil {
@@ -56,25 +59,17 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	clients, err := newClients(restCfg, useServiceAccountCredentials(o))
 	if err != nil {
 		return err
 	}
-	// Informers watch for minutes: a whole-request timeout would cut every
-	// watch after 30 s and relist. Their client has none; the apiserver
-	// ends watches itself, and HTTP/2 health checks catch dead connections.
-	watchCfg := rest.CopyConfig(restCfg)
-	watchCfg.Timeout = 0
-	watchClient, err := kubernetes.NewForConfig(watchCfg)
-	if err != nil {
-		return err
-	}
-	clients := clients{write: client, watch: watchClient}
+	client := clients.write
 	if o.ClusterName == defaultClusterName {
 		logger.Info("Warning: --cluster-name is the default; cloud resources are tagged with it, so give each cluster on a cloud account its own name",
 			"clusterName", o.ClusterName)
 	}
 	reg := NewRegistry()
+	provider = instrumentProvider(provider, reg)
 	h := &health{}
 	addr, serveErr, err := serve(ctx, o, h, reg, restCfg)
 	if err != nil {
@@ -212,12 +207,6 @@ func elect(ctx context.Context, o *Options, client kubernetes.Interface, h *heal
 
 // startControllers starts the informers and every enabled controller, and
 // marks the manager ready when the caches are synced.
-// clients are the CCM's apiserver clients: writes and reads with a
-// whole-request timeout, and watches without one.
-type clients struct {
-	write, watch kubernetes.Interface
-}
-
 // clusterUID reads the UID of namespace kube-system, the cluster's identity
 // for cloud tags (the name may be shared by clusters). It retries briefly;
 // without it, orphan collection stays off rather than guess.
@@ -259,7 +248,13 @@ func startControllers(ctx context.Context, o *Options, enabled []Controller, pro
 	}
 	for _, c := range enabled {
 		cctx := klog.NewContext(ctx, logger.WithValues("controller", c.Name))
-		skip, err := c.Start(cctx, cc)
+		own := *cc
+		client, err := cs.forController(c)
+		if err != nil {
+			return err
+		}
+		own.Client = client
+		skip, err := c.Start(cctx, &own)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", c.Name, err)
 		}

@@ -10,16 +10,19 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
@@ -59,12 +62,31 @@ func (h *health) readiness() error {
 	return nil
 }
 
+// Serving timeouts: a client that is slow to send its request or to read
+// the answer, or that keeps an idle connection open, does not hold a
+// connection and a goroutine for long. WriteTimeout covers the wait for a
+// token review (authSlotWait + authReviewTimeout) and gathering /metrics.
+const (
+	serveReadHeaderTimeout = 10 * time.Second
+	serveReadTimeout       = 30 * time.Second
+	serveWriteTimeout      = 30 * time.Second
+	serveIdleTimeout       = 90 * time.Second
+	// serveMaxHeaderBytes: room for large OIDC tokens, not for megabytes.
+	serveMaxHeaderBytes = 128 << 10
+)
+
 // serve runs the HTTPS endpoint until ctx is done; it returns the bound
-// address once listening.
-func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry, client kubernetes.Interface) (string, <-chan error, error) {
+// address once listening. restCfg is the CCM's client configuration; the
+// token and access reviews of /metrics use a client of their own derived
+// from it (authClientConfig).
+func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry, restCfg *rest.Config) (string, <-chan error, error) {
 	cert, err := servingCert(o)
 	if err != nil {
 		return "", nil, err
+	}
+	authClient, err := kubernetes.NewForConfig(authClientConfig(restCfg))
+	if err != nil {
+		return "", nil, fmt.Errorf("client for token reviews: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", h.handler(h.live))
@@ -75,8 +97,16 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 	if err != nil {
 		return "", nil, fmt.Errorf("--secure-port %d: %w", o.SecurePort, err)
 	}
-	srv := &http.Server{Handler: newDelegatedAuth(client, o.AlwaysAllowPaths).wrap(mux), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	srv := &http.Server{
+		Handler:           newDelegatedAuth(authClient, o.AlwaysAllowPaths).wrap(mux),
+		ReadHeaderTimeout: serveReadHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      serveWriteTimeout,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:          log.New(serverErrorLog{klog.FromContext(ctx)}, "", 0),
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
@@ -92,6 +122,21 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 	}()
 	klog.FromContext(ctx).Info("Serving health and metrics", "address", "https://"+ln.Addr().String())
 	return ln.Addr().String(), errc, nil
+}
+
+// serverErrorLog takes net/http's error log: TLS handshake errors (port
+// scanners, probes without TLS, clients gone during a flood) go to -v=4 as
+// upstream's apiserver does; other errors are logged.
+type serverErrorLog struct{ logger klog.Logger }
+
+func (l serverErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		l.logger.V(4).Info("Serving", "error", msg)
+	} else {
+		l.logger.Info("Serving", "error", msg)
+	}
+	return len(p), nil
 }
 
 // servingCert loads --tls-cert-file, or makes a self-signed certificate.

@@ -44,7 +44,28 @@ type InstanceMetadata struct {
 	// PodCIDRs the cloud assigned to the instance (one per family), for
 	// --cidr-allocator-type=CloudAllocator; empty when it assigns none.
 	PodCIDRs []netip.Prefix
+	// Warnings say what the provider could not tell about an instance it
+	// did find, each wrapping ErrNoZone or ErrNoProviderID (both wrap
+	// ErrNotImplemented). The rest of the metadata is good: the node
+	// controller initializes the node with it and reports every warning as
+	// a Warning event on the Node, so that a missing zone label or
+	// providerID is never silent.
+	Warnings []error
 }
+
+var (
+	// ErrNoZone, in InstanceMetadata.Warnings, means the provider reports
+	// no zone or region (an upstream provider without Zones, or whose
+	// GetZoneByProviderID and GetZoneByNodeName are not implemented): the
+	// node gets no topology labels.
+	ErrNoZone = fmt.Errorf("%w: the cloud provider reports no zone", ErrNotImplemented)
+	// ErrNoProviderID, in InstanceMetadata.Warnings, means the provider
+	// cannot name the instance (an upstream provider whose InstanceID is
+	// not implemented): the instance was found by node name, and
+	// InstanceMetadata.ProviderID is empty. Upstream initializes such a
+	// node without a providerID; the node controller should too.
+	ErrNoProviderID = fmt.Errorf("%w: the cloud provider gives no instance ID", ErrNotImplemented)
+)
 
 // Instances gives the instance behind a node.
 type Instances interface {

@@ -97,7 +97,12 @@ type LoadBalancerSpec struct {
 	// Service is the namespace/name of the Service.
 	Service types.NamespacedName
 	UID     types.UID
-	Ports   []LoadBalancerPort
+	// Class is the Service's spec.loadBalancerClass ("" for none): the
+	// class of the controller that made the load balancer. Kept as a tag,
+	// it lets orphan collection tell apart controllers of different classes
+	// in one cluster.
+	Class string
+	Ports []LoadBalancerPort
 	// SourceRanges limit the clients; empty means everyone.
 	SourceRanges []netip.Prefix
 	// HealthCheck is set for externalTrafficPolicy=Local.
@@ -134,6 +139,7 @@ func SpecFromService(cluster string, svc *corev1.Service) (*LoadBalancerSpec, er
 		Name:             LoadBalancerName(svc.UID),
 		Service:          types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name},
 		UID:              svc.UID,
+		Class:            ptrString(svc.Spec.LoadBalancerClass),
 		IPFamilies:       svc.Spec.IPFamilies,
 		RequestedIP:      svc.Spec.LoadBalancerIP,
 		ClientIPAffinity: svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP,
@@ -191,11 +197,20 @@ type LoadBalancerRef struct {
 	// Service and UID are those of the Service it was made for.
 	Service types.NamespacedName
 	UID     types.UID
-	// ClusterUID is the LoadBalancerSpec.ClusterUID it was made with; empty
-	// when the provider does not keep it. Orphan collection deletes only
-	// load balancers whose ClusterUID and UID are known and prove them this
-	// cluster's: one without them is never deleted by the collector.
+	// ClusterUID and Class are the LoadBalancerSpec's it was made with;
+	// ClusterUID is empty when the provider does not keep them. Orphan
+	// collection deletes only load balancers whose ClusterUID, Class and UID
+	// prove them made by this cluster's controller of this class: one
+	// without them is never deleted by the collector.
 	ClusterUID types.UID
+	Class      string
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // LoadBalancerLister is optionally implemented by a provider's

@@ -163,6 +163,7 @@ func (c *Controller) initNode(ctx context.Context, name string) error {
 	}
 	c.metrics.inits.WithLabelValues("success").Inc()
 	c.metrics.initLatency.Observe(time.Since(node.CreationTimestamp.Time).Seconds())
+	c.metrics.upstreamInitialized(node.CreationTimestamp.Time)
 	// No Normal event per node (upstream's "Synced"): at thousands of nodes
 	// those events are a write each for nothing a metric does not show.
 	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone)

@@ -101,23 +101,18 @@ type Controller struct {
 	lister  corelisters.NodeLister
 	synced  cache.InformerSynced
 	queue   queue.Queue
-	deleted prometheus.Counter
+	metrics *metrics
 }
 
 // New returns the controller.
 func New(cfg Config) *Controller {
-	c := &Controller{
+	m := newMetrics(cfg.Metrics)
+	cfg.Instances = m.instances(cfg.Instances) // counts cloud calls, as upstream
+	return &Controller{
 		cfg: cfg, lister: cfg.Nodes.Lister(), synced: cfg.Nodes.Informer().HasSynced,
-		queue: queue.New("cloud-node-lifecycle", time.Second, 2*time.Minute),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "portside_ccm", Subsystem: "cloud_node_lifecycle", Name: "deleted_nodes_total",
-			Help: "Nodes deleted because the cloud reported their instance gone.",
-		}),
+		queue:   queue.New("cloud-node-lifecycle", time.Second, 2*time.Minute),
+		metrics: m,
 	}
-	if cfg.Metrics != nil {
-		cfg.Metrics.MustRegister(c.deleted)
-	}
-	return c
 }
 
 // Run checks nodes every Period until ctx is done.
@@ -138,15 +133,19 @@ func (c *Controller) Run(ctx context.Context) {
 			}
 		}
 	}()
-	queue.Run(ctx, c.queue, c.cfg.Workers, c.sync)
+	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.monitor.track(c.sync))
 }
 
 // enqueueCandidates queues the nodes that may need something: not ready
-// (cloud check), or ready but still carrying the shutdown taint.
+// (cloud check), or ready but still carrying the shutdown taint. It begins
+// a pass, upstream's MonitorNodes loop, timed until they are all processed.
 func (c *Controller) enqueueCandidates() {
+	c.metrics.monitor.begin()
+	defer c.metrics.monitor.end()
 	nodes, _ := c.lister.List(labels.Everything())
 	for _, n := range nodes {
 		if !isReady(n) || hasShutdownTaint(n) {
+			c.metrics.monitor.add(n.Name)
 			c.queue.Add(n.Name)
 		}
 	}
@@ -182,7 +181,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, "DeletingNodeFailed", "Error deleting node %s: %v", name, err)
 			return err
 		}
-		c.deleted.Inc()
+		c.metrics.deleted.Inc()
 		logger.Info("Deleted node: its instance is gone")
 	case AddShutdownTaint:
 		taints := append(slices.Clone(node.Spec.Taints), corev1.Taint{Key: TaintShutdown, Effect: corev1.TaintEffectNoSchedule})

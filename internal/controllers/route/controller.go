@@ -74,6 +74,7 @@ type Controller struct {
 
 // New registers the event handlers.
 func New(cfg Config) (*Controller, error) {
+	cfg.Routes = countChanges(cfg.Routes) // for route_controller_route_sync_total
 	c := &Controller{
 		cfg: cfg, lister: cfg.Nodes.Lister(), synced: cfg.Nodes.Informer().HasSynced,
 		routes:  queue.New("node-route", 200*time.Millisecond, 5*time.Minute),
@@ -133,7 +134,7 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 	}()
 	go queue.Run(ctx, c.status, c.cfg.StatusWorkers, c.syncStatus)
-	queue.Run(ctx, c.routes, c.cfg.Workers, c.syncNode)
+	queue.Run(ctx, c.routes, c.cfg.Workers, c.syncNodeCounted)
 }
 
 // resync lists the cloud's routes and queues every node whose routes are
@@ -141,6 +142,7 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) resync(ctx context.Context) error {
 	routes, err := c.cache.list(ctx, c.list)
 	if err != nil {
+		c.metrics.routeSync(false, err, triggerPeriodic)
 		return err
 	}
 	nodes, _ := c.lister.List(labels.Everything())
@@ -156,14 +158,19 @@ func (c *Controller) resync(ctx context.Context) error {
 			c.setCreated(n, true)
 			continue
 		}
+		c.metrics.queuedByResync(n.Name)
 		c.routes.Add(n.Name)
 		queued++
 	}
 	for _, target := range c.cache.nodes() {
 		if !exists[target] {
+			c.metrics.queuedByResync(target)
 			c.routes.Add(target)
 			queued++
 		}
+	}
+	if queued == 0 {
+		c.metrics.routeSync(false, nil, triggerPeriodic)
 	}
 	klog.FromContext(ctx).V(2).Info("Resynced routes", "routes", len(routes), "nodes", len(nodes), "queued", queued)
 	return nil

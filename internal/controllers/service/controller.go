@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,6 +52,8 @@ type Config struct {
 	// OrphanPeriod is how often cloud load balancers without a Service are
 	// looked for (0: 5 minutes).
 	OrphanPeriod time.Duration
+	// Metrics is where upstream's service_controller_* metrics are registered.
+	Metrics prometheus.Registerer
 }
 
 // synced is what the last successful sync of a Service made in the cloud.
@@ -81,6 +84,7 @@ type Controller struct {
 	// per burst (and not at all before the caches are synced), so startup
 	// with N nodes costs O(N), not a rescan per node.
 	nodesChanged chan struct{}
+	metrics      *metrics
 }
 
 // New registers the controller's event handlers.
@@ -95,6 +99,7 @@ func New(cfg Config) (*Controller, error) {
 		features:  cfg.LoadBalancers.Features(),
 		state:     map[string]synced{},
 		owner:     map[types.UID]Ownership{},
+		metrics:   newMetrics(cfg.Metrics),
 
 		nodesChanged: make(chan struct{}, 1),
 	}
@@ -232,6 +237,7 @@ func (c *Controller) recomputeHosts() {
 	if err != nil {
 		return
 	}
+	c.beginNodeSync(svcs)
 	for _, svc := range svcs {
 		if WantsLoadBalancer(svc, c.cfg.Class) {
 			c.queue.Add(serviceKey(svc.Namespace, svc.Name))
@@ -261,5 +267,5 @@ func (c *Controller) Run(ctx context.Context) {
 			go c.collectOrphans(ctx, lister)
 		}
 	}
-	queue.Run(ctx, c.queue, c.cfg.Workers, c.sync)
+	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.nodeSync.track(c.sync))
 }

@@ -262,24 +262,28 @@ func TestDecideOrphan(t *testing.T) {
 func TestProvablyOurs(t *testing.T) {
 	full := cloud.LoadBalancerRef{Name: "a1", Service: types.NamespacedName{Namespace: "ns", Name: "s"}, UID: "uid-1", ClusterUID: "c1"}
 	cases := []struct {
-		name string
-		mut  func(*cloud.LoadBalancerRef)
-		ours string
-		want bool
+		name  string
+		mut   func(*cloud.LoadBalancerRef)
+		ours  string
+		class string
+		want  bool
 	}{
-		{"all tags match", nil, "c1", true},
-		{"another cluster of the same name", func(r *cloud.LoadBalancerRef) { r.ClusterUID = "c2" }, "c1", false},
-		{"no cluster UID tag (older or foreign)", func(r *cloud.LoadBalancerRef) { r.ClusterUID = "" }, "c1", false},
-		{"our cluster UID unknown", nil, "", false},
-		{"no Service UID tag", func(r *cloud.LoadBalancerRef) { r.UID = "" }, "c1", false},
-		{"no Service name tag", func(r *cloud.LoadBalancerRef) { r.Service = types.NamespacedName{} }, "c1", false},
+		{"all tags match", nil, "c1", "", true},
+		{"another cluster of the same name", func(r *cloud.LoadBalancerRef) { r.ClusterUID = "c2" }, "c1", "", false},
+		{"no cluster UID tag (older or foreign)", func(r *cloud.LoadBalancerRef) { r.ClusterUID = "" }, "c1", "", false},
+		{"our cluster UID unknown", nil, "", "", false},
+		{"no Service UID tag", func(r *cloud.LoadBalancerRef) { r.UID = "" }, "c1", "", false},
+		{"no Service name tag", func(r *cloud.LoadBalancerRef) { r.Service = types.NamespacedName{} }, "c1", "", false},
+		{"made by a class controller, we serve class-less", func(r *cloud.LoadBalancerRef) { r.Class = "x" }, "c1", "", false},
+		{"made by the class-less controller, we serve a class", nil, "c1", "x", false},
+		{"made by our class", func(r *cloud.LoadBalancerRef) { r.Class = "x" }, "c1", "x", true},
 	}
 	for _, tc := range cases {
 		r := full
 		if tc.mut != nil {
 			tc.mut(&r)
 		}
-		if got := ProvablyOurs(r, tc.ours); got != tc.want {
+		if got := ProvablyOurs(r, tc.ours, tc.class); got != tc.want {
 			t.Errorf("%s: ProvablyOurs = %v, want %v", tc.name, got, tc.want)
 		}
 	}

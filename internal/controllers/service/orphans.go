@@ -29,12 +29,15 @@ const (
 	OrphanDeleteOnly
 )
 
-// ProvablyOurs reports whether a listed load balancer is this cluster's:
-// tagged with our cluster UID, and with the Service and UID it was made for.
-// The cluster name alone is no proof (two clusters may share it), and a
-// load balancer without these tags was not made by this controller.
-func ProvablyOurs(ref cloud.LoadBalancerRef, clusterUID string) bool {
-	return clusterUID != "" && string(ref.ClusterUID) == clusterUID && ref.UID != "" && ref.Service.Name != "" && ref.Service.Namespace != ""
+// ProvablyOurs reports whether a listed load balancer was made by this
+// cluster's controller of this class: tagged with our cluster UID and our
+// class, and with the Service and UID it was made for. The cluster name
+// alone is no proof (two clusters may share it), two controllers of
+// different classes may share a cluster, and a load balancer without these
+// tags was not made by this controller.
+func ProvablyOurs(ref cloud.LoadBalancerRef, clusterUID, class string) bool {
+	return clusterUID != "" && string(ref.ClusterUID) == clusterUID && ref.Class == class &&
+		ref.UID != "" && ref.Service.Name != "" && ref.Service.Namespace != ""
 }
 
 // DecideOrphan decides about a load balancer of ours from a live read of its
@@ -68,11 +71,11 @@ func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalanc
 			logger.Error(err, "Listing load balancers for orphan collection")
 		}
 		for _, ref := range refs {
-			if !ProvablyOurs(ref, string(c.cfg.ClusterUID)) {
+			if !ProvablyOurs(ref, string(c.cfg.ClusterUID), c.cfg.Class) {
 				if !untagged[ref.Name] {
 					untagged[ref.Name] = true
 					logger.V(2).Info("Not collecting a load balancer that is not provably this cluster's", "loadBalancer", ref.Name,
-						"clusterUID", ref.ClusterUID, "service", ref.Service, "uid", ref.UID)
+						"clusterUID", ref.ClusterUID, "class", ref.Class, "service", ref.Service, "uid", ref.UID)
 				}
 				continue
 			}
@@ -104,7 +107,7 @@ func (c *Controller) collectOne(ctx context.Context, ref cloud.LoadBalancerRef) 
 		logger.Info("Queued the cleanup of a Service whose load balancer is ours and no longer wanted")
 		return
 	}
-	spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, ClusterUID: c.cfg.ClusterUID, Name: ref.Name, Service: ref.Service, UID: ref.UID}
+	spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, ClusterUID: c.cfg.ClusterUID, Name: ref.Name, Service: ref.Service, UID: ref.UID, Class: ref.Class}
 	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
 		logger.Error(err, "Deleting orphaned load balancer")
 		return

@@ -109,7 +109,11 @@ func identitySpec(cluster string, clusterUID types.UID, svc *corev1.Service) *cl
 		spec.ClusterUID = clusterUID
 		return spec
 	}
-	return &cloud.LoadBalancerSpec{Cluster: cluster, ClusterUID: clusterUID, Name: cloud.LoadBalancerName(svc.UID),
+	class := ""
+	if svc.Spec.LoadBalancerClass != nil {
+		class = *svc.Spec.LoadBalancerClass
+	}
+	return &cloud.LoadBalancerSpec{Cluster: cluster, ClusterUID: clusterUID, Name: cloud.LoadBalancerName(svc.UID), Class: class,
 		Service: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, UID: svc.UID, Object: svc}
 }
 
@@ -144,7 +148,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 		c.cfg.Recorder.Event(svc, corev1.EventTypeWarning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer")
 	}
 	if had && prev.spec.UID == spec.UID && prev.specHash == specHash {
-		if err := c.cfg.LoadBalancers.UpdateLoadBalancerHosts(ctx, spec, hosts); err != nil {
+		if err := c.updateHosts(ctx, spec, hosts); err != nil {
 			if errors.Is(err, cloud.ErrImplementedElsewhere) {
 				return nil
 			}

@@ -2,7 +2,17 @@
 // upstream k8s.io/cloud-provider interface, in both directions:
 //
 //   - FromUpstream wraps any upstream cloudprovider.Interface as a Portside
-//     provider, so existing providers run under Portside unchanged;
+//     provider, so existing providers run under Portside unchanged. It asks
+//     the provider what upstream's controllers ask, with the same arguments:
+//     the full Node objects (given WithNodes, the CCM's node lister) and the
+//     Service itself; InstancesV2 when present, else Instances and Zones by
+//     providerID, then by node name, as upstream's node controllers do. What
+//     upstream would leave out silently (no Zones, no InstanceID) comes back
+//     in InstanceMetadata.Warnings (cloud.ErrNoZone, cloud.ErrNoProviderID).
+//     Its load balancers declare every feature, since upstream hands them
+//     every Service and lets them decide; a listed route whose destination
+//     does not parse is skipped with a log line, as upstream's route
+//     controller does;
 //   - ToUpstream exposes a Portside provider as a cloudprovider.Interface, so
 //     upstream's own controllers can run on the same cloud (side-by-side
 //     benchmarks, migrations).

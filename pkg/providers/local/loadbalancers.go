@@ -24,6 +24,9 @@ const (
 	// proof, for orphan collection, that the load balancer is this
 	// cluster's and not a same-named cluster's.
 	TagClusterUID = "kubernetes.io/cluster-uid"
+	// TagLoadBalancerClass is the Service's loadBalancerClass, absent for
+	// none: the class of the controller that made it.
+	TagLoadBalancerClass = "kubernetes.io/load-balancer-class"
 )
 
 func (p *loadBalancers) Features() cloud.LoadBalancerFeatures {
@@ -82,6 +85,9 @@ func lbTags(spec *cloud.LoadBalancerSpec) map[string]string {
 	tags := map[string]string{TagServiceName: spec.Service.String(), TagServiceUID: string(spec.UID)}
 	if spec.ClusterUID != "" {
 		tags[TagClusterUID] = string(spec.ClusterUID)
+	}
+	if spec.Class != "" {
+		tags[TagLoadBalancerClass] = spec.Class
 	}
 	return tags
 }
@@ -155,7 +161,8 @@ func (p *loadBalancers) ListLoadBalancers(ctx context.Context, cluster string) (
 	}
 	out := make([]cloud.LoadBalancerRef, 0, len(list))
 	for _, lb := range list {
-		ref := cloud.LoadBalancerRef{Name: lb.Name, UID: types.UID(lb.Tags[TagServiceUID]), ClusterUID: types.UID(lb.Tags[TagClusterUID])}
+		ref := cloud.LoadBalancerRef{Name: lb.Name, UID: types.UID(lb.Tags[TagServiceUID]), ClusterUID: types.UID(lb.Tags[TagClusterUID]),
+			Class: lb.Tags[TagLoadBalancerClass]}
 		if ns, name, ok := strings.Cut(lb.Tags[TagServiceName], "/"); ok {
 			ref.Service = types.NamespacedName{Namespace: ns, Name: name}
 		}

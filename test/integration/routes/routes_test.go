@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
@@ -400,4 +401,33 @@ func TestRouteOfDeletedNodeWithGoneInstance(t *testing.T) {
 		list, err := f.cloud.Client.ListRoutes(ctx, cluster)
 		return err == nil && len(list) == 0, fmt.Sprint(list, err)
 	})
+}
+
+// TestRoutesWithoutNodeIPAM: as upstream's CCM, routes follow
+// --configure-cloud-routes with --cluster-cidr alone, for pod CIDRs that
+// another allocator (kube-controller-manager's node IPAM) gave; Portside's
+// node IPAM stays off without --allocate-node-cidrs.
+func TestRoutesWithoutNodeIPAM(t *testing.T) {
+	f := newFixture(t)
+	f.opts.AllocateNodeCIDRs = false
+	defer f.startCCM()()
+	ctx := context.Background()
+	f.addNode("kcm-1")
+	f.addNode("kcm-2")
+	// kube-controller-manager's node IPAM would write this.
+	patch := []byte(`{"spec":{"podCIDR":"10.100.1.0/24","podCIDRs":["10.100.1.0/24","fd00:10:100:1::/64"]}}`)
+	if _, err := f.client.CoreV1().Nodes().Patch(ctx, "kcm-1", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(20*time.Second, "kcm-1's routes from the pod CIDRs another allocator gave", func() (bool, string) {
+		got := f.routes()["kcm-1"]
+		return slices.Equal(got, []string{"10.100.1.0/24", "fd00:10:100:1::/64"}), fmt.Sprint(f.routes())
+	})
+	time.Sleep(time.Second)
+	if n := f.node("kcm-2"); n == nil || len(n.Spec.PodCIDRs) != 0 {
+		t.Fatalf("node IPAM ran without --allocate-node-cidrs: kcm-2 = %+v", n)
+	}
+	if r := f.routes()["kcm-2"]; len(r) != 0 {
+		t.Fatalf("a node without pod CIDRs got routes: %v", r)
+	}
 }

@@ -1,0 +1,58 @@
+package manager
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/controller-manager/pkg/clientbuilder"
+)
+
+// clients are the CCM's apiserver clients: writes and reads with a
+// whole-request timeout, and watches without one. With
+// --use-service-account-credentials, each controller gets a client of its
+// own ServiceAccount in kube-system, as upstream's CCM gives them
+// (node-controller, service-controller, route-controller), through
+// upstream's client builder (TokenRequest tokens, refreshed).
+type clients struct {
+	write, watch  kubernetes.Interface
+	perController clientbuilder.ControllerClientBuilder
+}
+
+func newClients(cfg *rest.Config, useServiceAccounts bool) (clients, error) {
+	write, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return clients{}, err
+	}
+	// Informers watch for minutes: a whole-request timeout would cut every
+	// watch after it and relist. Their client has none; the apiserver ends
+	// watches itself, and HTTP/2 health checks catch dead connections.
+	watchCfg := rest.CopyConfig(cfg)
+	watchCfg.Timeout = 0
+	watch, err := kubernetes.NewForConfig(watchCfg)
+	if err != nil {
+		return clients{}, err
+	}
+	cs := clients{write: write, watch: watch}
+	if useServiceAccounts {
+		cs.perController = clientbuilder.NewDynamicClientBuilder(rest.AnonymousClientConfig(cfg), write.CoreV1(), metav1.NamespaceSystem)
+	}
+	return cs, nil
+}
+
+// forController returns the client a controller writes with: its
+// ServiceAccount's with --use-service-account-credentials, else the CCM's.
+func (cs clients) forController(c Controller) (kubernetes.Interface, error) {
+	if cs.perController == nil || c.ClientName == "" {
+		return cs.write, nil
+	}
+	client, err := cs.perController.Client(c.ClientName)
+	if err != nil {
+		return nil, fmt.Errorf("client of ServiceAccount kube-system/%s (--use-service-account-credentials): %w", c.ClientName, err)
+	}
+	return client, nil
+}
+
+// useServiceAccountCredentials is --use-service-account-credentials.
+func useServiceAccountCredentials(o *Options) bool { return o.UseServiceAccountCredentials }

@@ -1,0 +1,355 @@
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/portside-io/portside/internal/controlplane"
+	"github.com/portside-io/portside/internal/manager"
+	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// callLog is a recording proxy in front of the test cloud: it tells which
+// CCM made which cloud call.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+	srv   *httptest.Server
+}
+
+func (f *fixture) recordingProxy(t *testing.T) *callLog {
+	t.Helper()
+	target, _ := url.Parse(f.cloud.Endpoint)
+	l := &callLog{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		l.calls = append(l.calls, r.Method+" "+r.URL.Path)
+		l.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(l.srv.Close)
+	return l
+}
+
+// mentioning returns the calls whose path names the load balancer name.
+func (l *callLog) mentioning(name string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, c := range l.calls {
+		if strings.Contains(c, name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cloudConfig writes a provider config for endpoint.
+func (f *fixture) cloudConfig(t *testing.T, endpoint string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cloud.yaml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", endpoint, f.cloud.Token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serviceCCM starts a CCM running only the service controller, stopped at
+// the end of the test.
+func (f *fixture) serviceCCM(t *testing.T, kubeconfig, cloudConfig string, mut func(*manager.Options)) func() {
+	t.Helper()
+	o := manager.NewOptions()
+	o.CloudProvider, o.CloudConfig, o.Kubeconfig = "local", cloudConfig, kubeconfig
+	o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
+	o.Controllers = []string{"service"}
+	if mut != nil {
+		mut(o)
+	}
+	_, stop := startCCM(t, o)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(stop) })
+	return func() { once.Do(stop) }
+}
+
+func (f *fixture) lbExists(t *testing.T, uid types.UID) bool {
+	t.Helper()
+	_, err := f.cloud.Client.GetLoadBalancer(context.Background(), cloud.LoadBalancerName(uid))
+	if err != nil && !strings.Contains(err.Error(), "404") {
+		t.Fatalf("get load balancer: %v", err)
+	}
+	return err == nil
+}
+
+func removeFinalizers(t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := c.CoreV1().Services(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+func withClassOf(class string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.LoadBalancerClass = &class }
+}
+
+func withCleanupFinalizer(s *corev1.Service) { s.Finalizers = append(s.Finalizers, finalizer) }
+
+// TestAnotherClassIsNeverTouched: without --load-balancer-class, a Service
+// of another class keeps the cleanup finalizer and gets no cloud call, even
+// when deleted (upstream's controller would clean it up).
+func TestAnotherClassIsNeverTouched(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	other := f.createSvc(t, lbSvc("other-class", func(s *corev1.Service) {
+		withClassOf("example.com/other")(s)
+		withCleanupFinalizer(s)
+	}))
+	t.Cleanup(func() { removeFinalizers(t, f.client, "default", "other-class") })
+	if err := f.client.CoreV1().Services("default").Delete(ctx, "other-class", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A Service of ours created and deleted after it: once that is done,
+	// the controller has seen the other one's deletion too.
+	f.createSvc(t, lbSvc("own-class", nil))
+	f.waitSvc(t, "own-class", 20*time.Second, "ingress", hasIngress)
+	if err := f.client.CoreV1().Services("default").Delete(ctx, "own-class", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "our Service cleaned up", func() (bool, string) {
+		_, err := f.client.CoreV1().Services("default").Get(ctx, "own-class", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	time.Sleep(time.Second)
+	got, err := f.client.CoreV1().Services("default").Get(ctx, "other-class", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("another class's Service was released by our controller: %v", err)
+	}
+	if !HasFinalizerOn(got) || hasIngress(got) {
+		t.Fatalf("another class's Service was touched: finalizers %v, status %+v", got.Finalizers, got.Status)
+	}
+	if f.lbExists(t, other.UID) {
+		t.Fatal("a load balancer was made for another class's Service")
+	}
+}
+
+// TestClassModeServesOnlyItsClass: a CCM with --load-balancer-class serves
+// that class only; class-less Services (another CCM's) never get a call
+// from it, deleted or not. A type change away from LoadBalancer cleans up
+// its own: load balancer deleted, ingress really cleared, finalizer removed.
+func TestClassModeServesOnlyItsClass(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	const class = "example.com/portside"
+	calls := f.recordingProxy(t)
+	f.serviceCCM(t, f.opts.Kubeconfig, f.cloudConfig(t, calls.srv.URL), func(o *manager.Options) { o.LoadBalancerClass = class })
+
+	plain := f.createSvc(t, lbSvc("cm-plain", nil)) // the package CCM's
+	ours := f.createSvc(t, lbSvc("cm-ours", withClassOf(class)))
+	f.waitSvc(t, "cm-plain", 20*time.Second, "ingress from the class-less CCM", hasIngress)
+	f.waitSvc(t, "cm-ours", 20*time.Second, "ingress from the class CCM", hasIngress)
+	if len(calls.mentioning(cloud.LoadBalancerName(ours.UID))) == 0 {
+		t.Fatal("the class CCM made no call for its own Service")
+	}
+
+	// The class-less Service is deleted: the class CCM stays away from it.
+	if err := f.client.CoreV1().Services("default").Delete(ctx, "cm-plain", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the class-less Service released by its own CCM", func() (bool, string) {
+		_, err := f.client.CoreV1().Services("default").Get(ctx, "cm-plain", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+
+	// Type change away from LoadBalancer: the class is dropped with it.
+	svc, err := f.client.CoreV1().Services("default").Get(ctx, "cm-ours", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Type, svc.Spec.LoadBalancerClass = corev1.ServiceTypeClusterIP, nil
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	svc.Spec.ExternalTrafficPolicy = ""
+	svc.Spec.AllocateLoadBalancerNodePorts = nil
+	if _, err := f.client.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := f.waitSvc(t, "cm-ours", 20*time.Second, "cleanup after the type change", func(s *corev1.Service) bool { return !HasFinalizerOn(s) })
+	if len(done.Status.LoadBalancer.Ingress) != 0 {
+		t.Errorf("ingress not cleared on cleanup: %+v", done.Status.LoadBalancer)
+	}
+	if f.lbExists(t, ours.UID) {
+		t.Error("load balancer not deleted after the type change")
+	}
+	if got := calls.mentioning(cloud.LoadBalancerName(plain.UID)); len(got) != 0 {
+		t.Errorf("the class CCM made calls for a class-less Service: %v", got)
+	}
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "cm-ours", metav1.DeleteOptions{})
+}
+
+// TestTwoClustersOnOneCloud: two clusters with the same --cluster-name on
+// one cloud never delete each other's load balancers, whether the other's
+// Service is absent here or exists here under the same name; load balancers
+// without our cluster UID or Service UID tags are never collected. A load
+// balancer that is provably ours and whose Service is gone is collected
+// (the proof the collector ran).
+func TestTwoClustersOnOneCloud(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	cpCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cpB, err := controlplane.Start(cpCtx, controlplane.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cpB.Stop)
+	clientB, err := kubernetes.NewForConfig(cpB.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopB := f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), nil)
+
+	createIn := func(c kubernetes.Interface, name string) *corev1.Service {
+		s, err := c.CoreV1().Services("default").Create(ctx, lbSvc(name, nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	waitLB := func(uid types.UID) {
+		eventually(t, 20*time.Second, "load balancer made", func() (bool, string) { return f.lbExists(t, uid), string(uid) })
+	}
+	onlyA, twinA := createIn(f.client, "twin-only-a"), createIn(f.client, "twin")
+	onlyB, twinB, goneB := createIn(clientB, "twin-only-b"), createIn(clientB, "twin"), createIn(clientB, "twin-gone")
+	for _, s := range []*corev1.Service{onlyA, twinA, onlyB, twinB, goneB} {
+		waitLB(s.UID)
+	}
+	// Load balancers of the same cluster name but not provably anyone's.
+	for name, tags := range map[string]map[string]string{
+		"untagged-uid":     {"kubernetes.io/service-name": "default/nowhere"},
+		"no-cluster-uid":   {"kubernetes.io/service-name": "default/nowhere", "kubernetes.io/service-uid": "0000"},
+		"empty-uid-values": {"kubernetes.io/service-name": "default/nowhere", "kubernetes.io/service-uid": "", "kubernetes.io/cluster-uid": ""},
+	} {
+		if _, err := f.cloud.Client.PutLoadBalancer(ctx, name, api.LoadBalancerSpec{Cluster: f.opts.ClusterName, Tags: tags,
+			Listeners: []api.Listener{{Protocol: "TCP", Port: 9, BackendPort: 30009}}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.cloud.Client.DeleteLoadBalancer(context.Background(), name) })
+	}
+
+	// Both CCMs restart (orphan collection runs at start); meanwhile B's
+	// twin-gone loses its finalizer and is deleted: that one is B's orphan.
+	stopB()
+	removeFinalizers(t, clientB, "default", "twin-gone")
+	if err := clientB.CoreV1().Services("default").Delete(ctx, "twin-gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), nil)
+	f.restartCCM(t, func() {})
+	eventually(t, 20*time.Second, "B's own orphan collected", func() (bool, string) { return !f.lbExists(t, goneB.UID), "still there" })
+	time.Sleep(2 * time.Second) // both collectors have finished their first pass
+	for _, s := range []*corev1.Service{onlyA, twinA, onlyB, twinB} {
+		if !f.lbExists(t, s.UID) {
+			t.Errorf("the load balancer of %s (uid %s) was deleted by the other cluster's CCM", s.Name, s.UID)
+		}
+	}
+	for _, name := range []string{"untagged-uid", "no-cluster-uid", "empty-uid-values"} {
+		if _, err := f.cloud.Client.GetLoadBalancer(ctx, name); err != nil {
+			t.Errorf("load balancer %s without proof of ownership was deleted: %v", name, err)
+		}
+	}
+	for _, c := range []kubernetes.Interface{f.client, clientB} {
+		list, _ := c.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+		for _, s := range list.Items {
+			if strings.HasPrefix(s.Name, "twin") {
+				_ = c.CoreV1().Services("default").Delete(ctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+	}
+	eventually(t, 20*time.Second, "all twins cleaned up", func() (bool, string) {
+		for _, s := range []*corev1.Service{onlyA, twinA, onlyB, twinB} {
+			if f.lbExists(t, s.UID) {
+				return false, s.Name
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestRecreatedServiceReplacesItsLoadBalancer: a Service deleted without
+// its finalizer and recreated at once under the same name gets a new load
+// balancer, and the old UID's is deleted (not left for a later collection).
+func TestRecreatedServiceReplacesItsLoadBalancer(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	old := f.createSvc(t, lbSvc("recreated", nil))
+	f.waitSvc(t, "recreated", 20*time.Second, "ingress", hasIngress)
+	removeFinalizers(t, f.client, "default", "recreated")
+	if err := f.client.CoreV1().Services("default").Delete(ctx, "recreated", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	renewed := f.createSvc(t, lbSvc("recreated", nil))
+	f.waitSvc(t, "recreated", 20*time.Second, "ingress of the new Service", func(s *corev1.Service) bool { return s.UID == renewed.UID && hasIngress(s) })
+	eventually(t, 10*time.Second, "the old UID's load balancer deleted", func() (bool, string) { return !f.lbExists(t, old.UID), "still there" })
+	if !f.lbExists(t, renewed.UID) {
+		t.Fatal("the new Service has no load balancer")
+	}
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "recreated", metav1.DeleteOptions{})
+}
+
+// TestAutoscalerTaintDoesNotPullTheNode: ToBeDeletedByClusterAutoscaler
+// leaves the node a backend (kube-proxy's health check drains it); the
+// node's deletion removes it.
+func TestAutoscalerTaintDoesNotPullTheNode(t *testing.T) {
+	f := env(t)
+	ctx := context.Background()
+	f.node(t, "ca-a")
+	f.node(t, "ca-b")
+	svc := f.createSvc(t, lbSvc("ca", nil))
+	f.waitSvc(t, "ca", 20*time.Second, "ingress", hasIngress)
+	backends := func() map[string]bool {
+		lb, err := f.cloud.Client.GetLoadBalancer(ctx, cloud.LoadBalancerName(svc.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, b := range lb.Backends {
+			out[b.Name] = true
+		}
+		return out
+	}
+	eventually(t, 10*time.Second, "both nodes backends", func() (bool, string) { b := backends(); return b["ca-a"] && b["ca-b"], fmt.Sprint(b) })
+	patch := []byte(`{"spec":{"taints":[{"key":"ToBeDeletedByClusterAutoscaler","value":"1700000000","effect":"NoSchedule"}]}}`)
+	if _, err := f.client.CoreV1().Nodes().Patch(ctx, "ca-b", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another node joins, so the host set really is recomputed.
+	f.node(t, "ca-c")
+	eventually(t, 10*time.Second, "the new node a backend", func() (bool, string) { b := backends(); return b["ca-c"], fmt.Sprint(b) })
+	if b := backends(); !b["ca-b"] {
+		t.Fatalf("the autoscaler's taint pulled the node out at once: %v", b)
+	}
+	f.removeNode(t, "ca-b")
+	eventually(t, 10*time.Second, "the deleted node no backend", func() (bool, string) { b := backends(); return !b["ca-b"], fmt.Sprint(b) })
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "ca", metav1.DeleteOptions{})
+	f.removeNode(t, "ca-a")
+	f.removeNode(t, "ca-c")
+}
