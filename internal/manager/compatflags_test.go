@@ -1,14 +1,12 @@
 package manager_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,16 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/portside-io/portside/internal/cli"
 	"github.com/portside-io/portside/internal/manager"
+	"github.com/portside-io/portside/internal/manager/upstreammanifest"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -447,86 +441,14 @@ func writeFile(t *testing.T, path, data string) {
 	}
 }
 
-// manifestArgs returns the flags the CCM container of a manifest runs
-// with: command and args, $(VAR) expanded from the container's env as the
-// kubelet does, the binary (leading words that are not flags) dropped.
+// manifestArgs returns the flags the CCM container of a manifest runs with.
 func manifestArgs(t *testing.T, path string) []string {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	argv, err := upstreammanifest.Args(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var containers []corev1.Container
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			t.Fatal(err)
-		}
-		var spec *corev1.PodSpec
-		var obj any
-		switch meta.Kind {
-		case "Deployment":
-			d := &appsv1.Deployment{}
-			obj, spec = d, &d.Spec.Template.Spec
-		case "DaemonSet":
-			d := &appsv1.DaemonSet{}
-			obj, spec = d, &d.Spec.Template.Spec
-		case "Pod":
-			p := &corev1.Pod{}
-			obj, spec = p, &p.Spec
-		default:
-			continue
-		}
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-			t.Fatalf("%s: %v", meta.Kind, err)
-		}
-		containers = append(containers, spec.Containers...)
-	}
-	if len(containers) != 1 {
-		t.Fatalf("want one CCM container, got %d", len(containers))
-	}
-	c := containers[0]
-	env := map[string]string{}
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			env[e.Name] = e.Value
-		}
-	}
-	var argv []string
-	for _, a := range append(slices.Clone(c.Command), c.Args...) {
-		argv = append(argv, expandEnv(a, env))
-	}
-	for len(argv) > 0 && !strings.HasPrefix(argv[0], "-") {
-		argv = argv[1:]
-	}
-	if len(argv) == 0 {
-		t.Fatal("no flags")
-	}
 	return argv
-}
-
-var envRef = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
-
-// expandEnv expands $(VAR) as the kubelet does: defined variables only,
-// $$ for a literal $.
-func expandEnv(s string, env map[string]string) string {
-	return envRef.ReplaceAllStringFunc(s, func(m string) string {
-		if m == "$$" {
-			return "$"
-		}
-		if v, ok := env[m[2:len(m)-1]]; ok {
-			return v
-		}
-		return m
-	})
 }
 
 // standIns replaces what the manifest's pod gets from its cluster: the
@@ -534,27 +456,5 @@ func expandEnv(s string, env map[string]string) string {
 // (added when the manifest has none: in a pod the provider reads its
 // credentials from elsewhere and the client uses the in-cluster config).
 func standIns(argv []string, cloudConfig, kubeconfig string) []string {
-	replace := map[string]string{"cloud-provider": "local", "cloud-config": cloudConfig, "kubeconfig": kubeconfig}
-	seen := map[string]bool{}
-	var out []string
-	for i := 0; i < len(argv); i++ {
-		a := argv[i]
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		v, ok := replace[name]
-		if !ok {
-			out = append(out, a)
-			continue
-		}
-		seen[name] = true
-		out = append(out, "--"+name+"="+v)
-		if !hasValue && i+1 < len(argv) {
-			i++ // --flag value
-		}
-	}
-	for _, name := range []string{"cloud-provider", "cloud-config", "kubeconfig"} {
-		if !seen[name] {
-			out = append(out, "--"+name+"="+replace[name])
-		}
-	}
-	return out
+	return upstreammanifest.StandIns(argv, map[string]string{"cloud-provider": "local", "cloud-config": cloudConfig, "kubeconfig": kubeconfig})
 }

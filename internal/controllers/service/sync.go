@@ -234,9 +234,13 @@ func (c *Controller) patchStatus(ctx context.Context, svc *corev1.Service, lb *c
 }
 
 // patchFinalizers replaces the finalizer list, guarded by resourceVersion.
+// As upstream, through the status subresource (which keeps metadata
+// changes): the apiserver's bootstrap role for service-controller, used
+// with --use-service-account-credentials, grants patch on services/status
+// only, and so does deploy/ccm.
 func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, finalizers []string) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": svc.ResourceVersion}})
-	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -88,8 +88,24 @@ func TestAbuseOfMetricsKeepsLeaseAndNodeInit(t *testing.T) {
 		transport.CloseIdleConnections()
 	})
 
+	// alive fails the test as soon as the CCM has stopped (lost its Lease).
+	var exitErr error
+	exited := false
+	alive := func() {
+		if !exited {
+			select {
+			case exitErr = <-ccmErr:
+				exited = true
+			default:
+			}
+		}
+		if exited {
+			t.Fatalf("the CCM stopped: %v", exitErr)
+		}
+	}
+
 	// It leads.
-	abuseWaitLease(t, client, lease, 30*time.Second, func(holder string, _ time.Time) bool { return holder == identity })
+	abuseWaitLease(t, client, lease, 30*time.Second, func(holder string, _ time.Time) bool { alive(); return holder == identity })
 	if _, err := cloud.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: nodeName, Zone: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +203,7 @@ func TestAbuseOfMetricsKeepsLeaseAndNodeInit(t *testing.T) {
 	}
 	var initAt time.Time
 	abuseWait(t, initBound, "node "+nodeName+" to be initialized during the flood", func() bool {
+		alive()
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err == nil && initialized(n) {
 			initAt = time.Now()
@@ -206,6 +223,7 @@ func TestAbuseOfMetricsKeepsLeaseAndNodeInit(t *testing.T) {
 
 	// After the flood the Lease is still renewed by this CCM.
 	abuseWaitLease(t, client, lease, 2*o.LeaseDuration, func(holder string, renew time.Time) bool {
+		alive()
 		return holder == identity && renew.After(floodEnd)
 	})
 	cancel()
@@ -252,11 +270,7 @@ func TestAbuseOfMetricsKeepsLeaseAndNodeInit(t *testing.T) {
 	if least := int(floodEnd.Sub(start) / (2 * time.Second)); len(renewals) < least {
 		t.Errorf("%d Lease renewals seen in %v of flood, want at least %d", len(renewals), floodEnd.Sub(start), least)
 	}
-	select {
-	case err := <-ccmErr:
-		t.Errorf("the CCM stopped during the flood: %v", err)
-	default:
-	}
+	alive()
 }
 
 // abuseRunCCM runs a CCM in-process; it returns its /metrics URL, a
