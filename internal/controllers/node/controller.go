@@ -161,13 +161,31 @@ func (c *Controller) initNode(ctx context.Context, name string) error {
 		c.metrics.inits.WithLabelValues("APIError").Inc()
 		return err
 	}
+	c.reportWarnings(node, md.Warnings)
 	c.metrics.inits.WithLabelValues("success").Inc()
 	c.metrics.initLatency.Observe(time.Since(node.CreationTimestamp.Time).Seconds())
 	c.metrics.upstreamInitialized(node.CreationTimestamp.Time)
 	// No Normal event per node (upstream's "Synced"): at thousands of nodes
 	// those events are a write each for nothing a metric does not show.
-	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone)
+	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone, "warnings", len(md.Warnings))
 	return nil
+}
+
+// ReasonIncompleteInstanceMetadata is the reason of the Warning events that
+// report what the provider could not say about a node's instance.
+const ReasonIncompleteInstanceMetadata = "IncompleteInstanceMetadata"
+
+// reportWarnings makes each of the provider's warnings a Warning event on
+// the node, so that a node initialized without zone labels or providerID
+// says why (upstream leaves them out silently). Only once the node is
+// initialized: a failed attempt is retried, and the periodic sync would
+// repeat them forever.
+func (c *Controller) reportWarnings(node *corev1.Node, warnings []error) {
+	for _, w := range warnings {
+		if w != nil {
+			c.cfg.Recorder.Event(node, corev1.EventTypeWarning, ReasonIncompleteInstanceMetadata, w.Error())
+		}
+	}
 }
 
 // apply writes an initialization in two protobuf PUTs (cheaper for the
@@ -228,9 +246,10 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 			return fmt.Errorf("patch GA labels: %w", err)
 		}
 	}
-	if node.Spec.ProviderID == "" {
-		return nil
-	}
+	// A node without providerID (a legacy provider's, which cannot name its
+	// instances) is synced too: the provider finds it by name, as under
+	// upstream's UpdateNodeStatus. Its warnings were reported at
+	// initialization.
 	md, err := c.cfg.Instances.InstanceMetadata(ctx, cloud.NodeFrom(node))
 	if cloud.IsNotFound(err) {
 		return nil // the lifecycle controller decides about vanished instances

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -62,8 +63,10 @@ func DecideInitialization(node *corev1.Node, md *cloud.InstanceMetadata) (*Initi
 	if providerID == "" {
 		providerID = md.ProviderID
 	}
-	if providerID == "" {
-		// Upstream leaves such nodes tainted too (issues.k8s.io/123024).
+	if providerID == "" && !hasWarning(md, cloud.ErrNoProviderID) {
+		// Upstream leaves such nodes tainted too (issues.k8s.io/123024),
+		// except for a legacy provider that cannot name its instances
+		// (InstanceID not implemented): it initializes those without one.
 		return nil, &InitError{Reason: "ProviderIDMissing", Message: "the cloud provider returned no providerID for this node and the node has none"}
 	}
 	addrs, err := DesiredAddresses(node, md.Addresses)
@@ -101,6 +104,11 @@ func DecideInitialization(node *corev1.Node, md *cloud.InstanceMetadata) (*Initi
 		}
 	}
 	return init, nil
+}
+
+// hasWarning reports whether one of md's warnings is target.
+func hasWarning(md *cloud.InstanceMetadata, target error) bool {
+	return slices.ContainsFunc(md.Warnings, func(w error) bool { return errors.Is(w, target) })
 }
 
 // reservedLabel reports whether a label key is in the kubernetes.io or

@@ -153,3 +153,39 @@ func TestDesiredAddressesEmptyFromCloud(t *testing.T) {
 		t.Errorf("initialization with no cloud addresses: changed=%v err=%v", init != nil && init.AddressesChanged, err)
 	}
 }
+
+// TestDecideInitializationWithoutProviderID: a node may stay without
+// providerID only when the provider said it cannot name the instance
+// (cloud.ErrNoProviderID: a legacy provider whose InstanceID is not
+// implemented, found by node name), as upstream initializes such nodes.
+func TestDecideInitializationWithoutProviderID(t *testing.T) {
+	cases := []struct {
+		name     string
+		warnings []error
+		reason   string // "" when initialized
+	}{
+		{"no warning", nil, "ProviderIDMissing"},
+		{"only no zone", []error{fmt.Errorf("n1: %w", cloud.ErrNoZone)}, "ProviderIDMissing"},
+		{"not implemented, but not the providerID", []error{cloud.ErrNotImplemented}, "ProviderIDMissing"},
+		{"no providerID", []error{fmt.Errorf("n1: %w", cloud.ErrNoProviderID)}, ""},
+		{"no providerID nor zone", []error{fmt.Errorf("n1: %w", cloud.ErrNoZone), fmt.Errorf("n1: %w", cloud.ErrNoProviderID)}, ""},
+	}
+	for _, tc := range cases {
+		md := &cloud.InstanceMetadata{InstanceType: "small", Addresses: cloudAddrs[:1], Warnings: tc.warnings}
+		init, err := DecideInitialization(tainted(nil), md)
+		if tc.reason != "" {
+			var ie *InitError
+			if !errors.As(err, &ie) || ie.Reason != tc.reason {
+				t.Errorf("%s: got %v, want %s", tc.name, err, tc.reason)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if init.ProviderID != "" || init.Labels[corev1.LabelInstanceTypeStable] != "small" || len(init.Taints) != 1 || !init.AddressesChanged {
+			t.Errorf("%s: initialization %+v, want one without providerID and with the rest", tc.name, init)
+		}
+	}
+}
