@@ -10,6 +10,7 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,8 @@ type Controller struct {
 	// with N nodes costs O(N), not a rescan per node.
 	nodesChanged chan struct{}
 	metrics      *metrics
+	// recomputes counts host-set recomputations (observed by tests only).
+	recomputes atomic.Int64
 }
 
 // New registers the controller's event handlers.
@@ -220,6 +223,7 @@ func (c *Controller) watchNodes(ctx context.Context) {
 // workers. Services whose load balancer already has this host set make no
 // cloud call.
 func (c *Controller) recomputeHosts() {
+	c.recomputes.Add(1)
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return
@@ -257,14 +261,17 @@ func (c *Controller) Run(ctx context.Context) {
 		return
 	}
 	c.recomputeHosts()
-	go c.watchNodes(ctx)
+	// Run returns only when its helpers have stopped too.
+	var helpers sync.WaitGroup
+	defer helpers.Wait()
+	helpers.Go(func() { c.watchNodes(ctx) })
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting", "workers", c.cfg.Workers, "class", c.cfg.Class, "clusterUID", c.cfg.ClusterUID)
 	if lister, ok := c.cfg.LoadBalancers.(cloud.LoadBalancerLister); ok {
 		if c.cfg.ClusterUID == "" {
 			logger.Info("Orphaned load balancers are not collected: the cluster's UID (of namespace kube-system) is unknown")
 		} else {
-			go c.collectOrphans(ctx, lister)
+			helpers.Go(func() { c.collectOrphans(ctx, lister) })
 		}
 	}
 	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.nodeSync.track(c.sync))

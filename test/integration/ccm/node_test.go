@@ -148,7 +148,15 @@ func TestMetricsAreServed(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics with a scraper's token: %d %s", code, body)
 	}
-	for _, want := range []string{`portside_ccm_cloud_node_initializations_total{result="success"}`, "portside_ccm_cloud_node_initialization_seconds_bucket", `portside_ccm_workqueue_adds_total{name="cloud-node-init"}`} {
+	for _, want := range []string{`portside_ccm_cloud_node_initializations_total{result="success"}`, "portside_ccm_cloud_node_initialization_seconds_bucket", `portside_ccm_workqueue_adds_total{name="cloud-node-init"}`,
+		// Upstream's names, for existing dashboards and alerts.
+		"node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+		"node_controller_initial_node_sync_delay_seconds_bucket",
+		"# TYPE cloud_node_lifecycle_controller_monitor_nodes_duration_seconds histogram",
+		"# TYPE service_controller_loadbalancer_sync_total counter",
+		"# TYPE service_controller_nodesync_latency_seconds histogram",
+		`cloudprovider_local_api_request_duration_seconds_bucket{request="instance_metadata"`,
+	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -431,3 +431,27 @@ func TestRoutesWithoutNodeIPAM(t *testing.T) {
 		t.Fatalf("a node without pod CIDRs got routes: %v", r)
 	}
 }
+
+// TestNodeBeingDeletedGetsNoCIDR: a node held by a finalizer while it is
+// deleted gets no pod CIDR (it would hold a subnet it never uses).
+func TestNodeBeingDeletedGetsNoCIDR(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.addNode("held-1")
+	patch := []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`)
+	if _, err := f.client.CoreV1().Nodes().Patch(ctx, "held-1", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = f.client.CoreV1().Nodes().Patch(context.Background(), "held-1", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := f.client.CoreV1().Nodes().Delete(ctx, "held-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.startCCM()()
+	f.addNode("live-1")
+	f.waitRouted("live-1")
+	if n := f.node("held-1"); n == nil || n.DeletionTimestamp == nil || len(n.Spec.PodCIDRs) != 0 {
+		t.Fatalf("a node being deleted got pod CIDRs (or is gone): %+v", n)
+	}
+}
