@@ -110,3 +110,31 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceAccountCredentialsRBAC: with --use-service-account-credentials
+// the CCM may make its controllers' ServiceAccounts and request their
+// tokens, and no other ServiceAccount's.
+func TestServiceAccountCredentialsRBAC(t *testing.T) {
+	dir := deployDir(t)
+	if out, err := kubectl(t, "apply", "-f", filepath.Join(dir, "serviceaccount.yaml"), "-f", filepath.Join(dir, "rbac-service-account-credentials.yaml")); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	sa := "--as=system:serviceaccount:kube-system:cloud-controller-manager"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create", "serviceaccounts", "-n", "kube-system"}, "yes"},
+		{[]string{"get", "serviceaccounts/service-controller", "-n", "kube-system"}, "yes"},
+		{[]string{"create", "serviceaccounts/service-controller", "--subresource=token", "-n", "kube-system"}, "yes"},
+		{[]string{"create", "serviceaccounts/node-controller", "--subresource=token", "-n", "kube-system"}, "yes"},
+		{[]string{"create", "serviceaccounts/default", "--subresource=token", "-n", "kube-system"}, "no"},
+		{[]string{"create", "serviceaccounts/route-controller", "--subresource=token", "-n", "default"}, "no"},
+		{[]string{"get", "serviceaccounts/default", "-n", "kube-system"}, "no"},
+	} {
+		out, _ := kubectl(t, append([]string{"auth", "can-i", sa}, tc.args...)...)
+		if got := strings.TrimSpace(out); got != tc.want {
+			t.Errorf("can-i %v = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
