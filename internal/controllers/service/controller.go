@@ -114,10 +114,10 @@ func New(cfg Config) (*Controller, error) {
 		DeleteFunc: func(obj any) {
 			if svc, ok := queue.Untombstone(obj).(*corev1.Service); ok {
 				c.mu.Lock()
-				if c.owner[svc.UID] == OwnershipOthers {
-					delete(c.owner, svc.UID)
-				}
 				_, had := c.state[serviceKey(svc.Namespace, svc.Name)]
+				if !had {
+					delete(c.owner, svc.UID) // else forgotten once its LB is deleted
+				}
 				c.mu.Unlock()
 				if had {
 					c.queue.Add(serviceKey(svc.Namespace, svc.Name))
