@@ -104,3 +104,20 @@ func Client(t testing.TB) kubernetes.Interface {
 
 // Kubeconfig returns the path of an admin kubeconfig for the control plane.
 func Kubeconfig(t testing.TB) string { return ControlPlane(t).KubeconfigPath }
+
+// Eventually polls cond every 100 ms until it holds, and fails the test
+// with what and cond's last word after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

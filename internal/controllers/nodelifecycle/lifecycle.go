@@ -133,19 +133,19 @@ func (c *Controller) Run(ctx context.Context) {
 			}
 		}
 	}()
-	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.monitor.track(c.sync))
+	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.monitor.Track(c.sync))
 }
 
 // enqueueCandidates queues the nodes that may need something: not ready
 // (cloud check), or ready but still carrying the shutdown taint. It begins
 // a pass, upstream's MonitorNodes loop, timed until they are all processed.
 func (c *Controller) enqueueCandidates() {
-	c.metrics.monitor.begin()
-	defer c.metrics.monitor.end()
+	c.metrics.monitor.Begin()
+	defer c.metrics.monitor.End()
 	nodes, _ := c.lister.List(labels.Everything())
 	for _, n := range nodes {
 		if !isReady(n) || hasShutdownTaint(n) {
-			c.metrics.monitor.add(n.Name)
+			c.metrics.monitor.Add(n.Name)
 			c.queue.Add(n.Name)
 		}
 	}

@@ -3,11 +3,10 @@ package nodelifecycle
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portside-io/portside/internal/controllers/queue"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -37,7 +36,7 @@ type metrics struct {
 	monitorDuration prometheus.Histogram
 	cloudCalls      *prometheus.CounterVec
 
-	monitor *pass
+	monitor *queue.Pass
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:      "The total number of cloud provider API calls, labeled by operation and result.",
 		}, []string{"operation", "result"}),
 	}
-	m.monitor = &pass{observe: m.monitorDuration.Observe}
+	m.monitor = &queue.Pass{Observe: m.monitorDuration.Observe}
 	if reg != nil {
 		reg.MustRegister(m.deleted, m.monitorDuration, m.cloudCalls)
 	}
@@ -117,75 +116,4 @@ func (c *countedInstances) InstanceShutdown(ctx context.Context, node cloud.Node
 	shutdown, err := c.Instances.InstanceShutdown(ctx, node)
 	c.m.observeCall(opInstanceShutdown, err)
 	return shutdown, err
-}
-
-// pass times upstream's "MonitorNodes loop" in a queue-driven controller:
-// a pass begins when the period's candidates are queued and ends when each
-// of them has been processed once since (successfully or not, as upstream's
-// loop ends whatever each node's check gave). A pass that begins while the
-// previous one is still running joins it, so one observation covers both
-// (upstream's loop never overlaps itself either). A period with no
-// candidate is a pass of about zero seconds, as upstream's loop over
-// healthy nodes.
-type pass struct {
-	observe func(float64)
-
-	mu      sync.Mutex
-	active  bool
-	filling bool
-	start   time.Time
-	pending map[string]struct{}
-}
-
-// begin starts (or joins) a pass; add each key before queueing it, then end.
-func (p *pass) begin() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active {
-		p.active, p.start, p.pending = true, time.Now(), map[string]struct{}{}
-	}
-	p.filling = true
-}
-
-func (p *pass) add(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.active {
-		p.pending[key] = struct{}{}
-	}
-}
-
-// end says every key of the pass is queued.
-func (p *pass) end() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.filling = false
-	p.finishIfDone()
-}
-
-// done records that key was processed by a sync that started at started.
-func (p *pass) done(key string, started time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active || started.Before(p.start) {
-		return // a sync from before the pass: the key is processed again
-	}
-	delete(p.pending, key)
-	p.finishIfDone()
-}
-
-func (p *pass) finishIfDone() {
-	if p.active && !p.filling && len(p.pending) == 0 {
-		p.observe(time.Since(p.start).Seconds())
-		p.active, p.pending = false, nil
-	}
-}
-
-// track wraps a sync function to report its keys done to the pass.
-func (p *pass) track(sync func(context.Context, string) error) func(context.Context, string) error {
-	return func(ctx context.Context, key string) error {
-		started := time.Now()
-		defer p.done(key, started)
-		return sync(ctx, key)
-	}
 }

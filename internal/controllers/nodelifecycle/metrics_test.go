@@ -3,7 +3,6 @@ package nodelifecycle
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +99,7 @@ func TestUpstreamMetrics(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	sync := c.metrics.monitor.track(c.sync)
+	sync := c.metrics.monitor.Track(c.sync)
 	c.enqueueCandidates()
 	for c.queue.Len() > 0 {
 		if got, _ := gathered(t, reg, duration); got[""] != 0 {
@@ -141,31 +140,5 @@ func TestUpstreamMetrics(t *testing.T) {
 	c2.enqueueCandidates()
 	if got, _ := gathered(t, reg2, duration); got[""] != 1 {
 		t.Errorf("%s after an empty pass: %v, want one observation", duration, got)
-	}
-}
-
-// A pass begun while the previous one runs joins it; a sync that started
-// before the pass does not count for it.
-func TestPassJoinsAndIgnoresEarlierSyncs(t *testing.T) {
-	var observed int
-	p := &pass{observe: func(float64) { observed++ }}
-	early := time.Now()
-	p.begin()
-	p.add("a")
-	p.end()
-	p.done("a", early)
-	if observed != 0 {
-		t.Fatal("a sync from before the pass ended it")
-	}
-	p.begin()
-	p.add("b")
-	p.end()
-	p.done("a", time.Now())
-	if observed != 0 {
-		t.Fatal("the joined pass ended with b pending")
-	}
-	p.done("b", time.Now())
-	if observed != 1 {
-		t.Fatalf("observed %d passes, want 1", observed)
 	}
 }

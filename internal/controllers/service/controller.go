@@ -274,5 +274,5 @@ func (c *Controller) Run(ctx context.Context) {
 			helpers.Go(func() { c.collectOrphans(ctx, lister) })
 		}
 	}
-	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.nodeSync.track(c.sync))
+	queue.Run(ctx, c.queue, c.cfg.Workers, c.metrics.nodeSync.Track(c.sync))
 }

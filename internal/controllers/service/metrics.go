@@ -3,12 +3,12 @@ package service
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/portside-io/portside/internal/controllers/queue"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -21,7 +21,7 @@ type metrics struct {
 	nodeSyncLatency   prometheus.Histogram
 	updateHostLatency prometheus.Histogram
 
-	nodeSync *pass
+	nodeSync *queue.Pass
 }
 
 // Upstream's subsystem of the service controller's metrics.
@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets:   prometheus.ExponentialBuckets(1, 2, 15), // 1s to 16384s
 		}),
 	}
-	m.nodeSync = &pass{observe: m.nodeSyncLatency.Observe}
+	m.nodeSync = &queue.Pass{Observe: m.nodeSyncLatency.Observe}
 	if reg != nil {
 		reg.MustRegister(m.lbSyncs, m.nodeSyncErrors, m.nodeSyncLatency, m.updateHostLatency)
 	}
@@ -79,82 +79,11 @@ func (c *Controller) updateHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 // host set changed and the Services that want a load balancer, svcs
 // filtered, are about to be queued. It ends when each was synced once.
 func (c *Controller) beginNodeSync(svcs []*corev1.Service) {
-	c.metrics.nodeSync.begin()
-	defer c.metrics.nodeSync.end()
+	c.metrics.nodeSync.Begin()
+	defer c.metrics.nodeSync.End()
 	for _, svc := range svcs {
 		if WantsLoadBalancer(svc, c.cfg.Class) {
-			c.metrics.nodeSync.add(serviceKey(svc.Namespace, svc.Name))
+			c.metrics.nodeSync.Add(serviceKey(svc.Namespace, svc.Name))
 		}
-	}
-}
-
-// pass times upstream's syncNodes in a queue-driven controller: a pass
-// begins when the keys are queued and ends when each of them has been
-// processed once since (successfully or not, as upstream's syncNodes ends
-// whatever each load balancer update gave; failures are retried after).
-// A pass that begins while the previous one is still running joins it, so
-// one observation covers both (upstream's node syncs never overlap
-// either). A pass with no key is observed at once, as upstream's syncNodes
-// with no load balancer.
-type pass struct {
-	observe func(float64)
-
-	mu      sync.Mutex
-	active  bool
-	filling bool
-	start   time.Time
-	pending map[string]struct{}
-}
-
-// begin starts (or joins) a pass; add each key before queueing it, then end.
-func (p *pass) begin() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active {
-		p.active, p.start, p.pending = true, time.Now(), map[string]struct{}{}
-	}
-	p.filling = true
-}
-
-func (p *pass) add(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.active {
-		p.pending[key] = struct{}{}
-	}
-}
-
-// end says every key of the pass is queued.
-func (p *pass) end() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.filling = false
-	p.finishIfDone()
-}
-
-// done records that key was processed by a sync that started at started.
-func (p *pass) done(key string, started time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active || started.Before(p.start) {
-		return // a sync from before the pass: the key is processed again
-	}
-	delete(p.pending, key)
-	p.finishIfDone()
-}
-
-func (p *pass) finishIfDone() {
-	if p.active && !p.filling && len(p.pending) == 0 {
-		p.observe(time.Since(p.start).Seconds())
-		p.active, p.pending = false, nil
-	}
-}
-
-// track wraps a sync function to report its keys done to the pass.
-func (p *pass) track(sync func(context.Context, string) error) func(context.Context, string) error {
-	return func(ctx context.Context, key string) error {
-		started := time.Now()
-		defer p.done(key, started)
-		return sync(ctx, key)
 	}
 }

@@ -91,7 +91,7 @@ func TestUpstreamMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sync := c.metrics.nodeSync.track(c.sync)
+	sync := c.metrics.nodeSync.Track(c.sync)
 	drain := func() {
 		t.Helper()
 		for c.queue.Len() > 0 {
@@ -142,16 +142,4 @@ func TestUpstreamMetrics(t *testing.T) {
 	// No change of the host set: no node sync.
 	c.recomputeHosts()
 	expect("host set unchanged", map[string]float64{nodeSync: 3})
-}
-
-// A node sync with no load balancer to update is observed at once, as
-// upstream's syncNodes over no Service.
-func TestNodeSyncPassOfNoService(t *testing.T) {
-	var got []float64
-	p := &pass{observe: func(v float64) { got = append(got, v) }}
-	p.begin()
-	p.end()
-	if len(got) != 1 || got[0] > 1 {
-		t.Fatalf("a pass with no Service: observed %v, want one observation at once", got)
-	}
 }

@@ -107,7 +107,7 @@ func run(t *testing.T, o *manager.Options, lc *localcloudtest.Cloud, sim *nodesi
 		t.Fatal("ccm did not serve")
 	}
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	waitFor(t, 30*time.Second, "/readyz 200", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "/readyz 200", func() (bool, string) {
 		resp, err := hc.Get(base + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -123,7 +123,7 @@ func run(t *testing.T, o *manager.Options, lc *localcloudtest.Cloud, sim *nodesi
 		if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: name}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "node initialized", func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, "node initialized", func() (bool, string) {
 			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -139,14 +139,14 @@ func run(t *testing.T, o *manager.Options, lc *localcloudtest.Cloud, sim *nodesi
 		if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "ingress", func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, "ingress", func() (bool, string) {
 			s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 			return err == nil && len(s.Status.LoadBalancer.Ingress) > 0, fmt.Sprint(err)
 		})
 		if err := client.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "Service cleaned up", func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, "Service cleaned up", func() (bool, string) {
 			_, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
@@ -164,20 +164,5 @@ func run(t *testing.T, o *manager.Options, lc *localcloudtest.Cloud, sim *nodesi
 	}
 	if !strings.HasPrefix(base, "https://127.0.0.1:") {
 		t.Errorf("served on %s, not on the test's loopback address", base)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -288,7 +288,7 @@ current-context: c
 	if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: "rbac-1"}, {Name: "rbac-2"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "nodes initialized and routed", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "nodes initialized and routed", func() (bool, string) {
 		for _, name := range []string{"rbac-1", "rbac-2"} {
 			n, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || tainted(n, "node.cloudprovider.kubernetes.io/uninitialized") || len(n.Spec.PodCIDRs) == 0 || !routed(n) {
@@ -306,7 +306,7 @@ current-context: c
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "orphan-to-be's ingress", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "orphan-to-be's ingress", func() (bool, string) {
 		s, err := admin.CoreV1().Services("default").Get(ctx, "rbac-orphan", metav1.GetOptions{})
 		return err == nil && len(s.Status.LoadBalancer.Ingress) > 0, fmt.Sprint(err)
 	})
@@ -318,7 +318,7 @@ current-context: c
 		t.Fatal(err)
 	}
 	start()
-	waitFor(t, 30*time.Second, "the orphan collected", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the orphan collected", func() (bool, string) {
 		_, err := lc.Client.GetLoadBalancer(ctx, cloud.LoadBalancerName(orphan.UID))
 		return err != nil && strings.Contains(err.Error(), "404"), fmt.Sprint(err)
 	})
@@ -329,14 +329,14 @@ current-context: c
 	if _, err := admin.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "ingress", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "ingress", func() (bool, string) {
 		s, err := admin.CoreV1().Services("default").Get(ctx, "rbac-lb", metav1.GetOptions{})
 		return err == nil && len(s.Status.LoadBalancer.Ingress) > 0, fmt.Sprint(err)
 	})
 	if err := admin.CoreV1().Services("default").Delete(ctx, "rbac-lb", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "Service cleaned up", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "Service cleaned up", func() (bool, string) {
 		_, err := admin.CoreV1().Services("default").Get(ctx, "rbac-lb", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -348,14 +348,14 @@ current-context: c
 	if err := sim.SetReady(ctx, "rbac-2", false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "shutdown taint", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "shutdown taint", func() (bool, string) {
 		n, err := admin.CoreV1().Nodes().Get(ctx, "rbac-2", metav1.GetOptions{})
 		return err == nil && tainted(n, "node.cloudprovider.kubernetes.io/shutdown"), fmt.Sprint(err)
 	})
 	if err := lc.Client.DeleteInstance(ctx, insts[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "node of the deleted instance deleted", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "node of the deleted instance deleted", func() (bool, string) {
 		_, err := admin.CoreV1().Nodes().Get(ctx, "rbac-2", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -438,21 +438,6 @@ func routed(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func callStrings(cs []call) []string {
