@@ -153,7 +153,7 @@ const (
 	reasonClientCerts    = "Portside authenticates /metrics with bearer tokens only; client certificates and front-proxy (requestheader) authentication are not supported, such requests get 401"
 	reasonAuthCacheTTL   = "Portside caches token and access review decisions for a fixed 10s (upstream's default)"
 	reasonCertDir        = "without --tls-cert-file Portside serves a self-signed certificate kept in memory; nothing is written to a directory"
-	reasonTLSParams      = "Portside serves TLS 1.2 and later with Go's default cipher suites and curves"
+	reasonTLSParams      = "Portside serves Go's default curves (--tls-min-version and --tls-cipher-suites are honoured)"
 	reasonSNI            = "Portside serves one certificate (--tls-cert-file) for every server name"
 	reasonHTTP2          = "Portside's HTTPS endpoint uses Go's HTTP/2 defaults"
 	reasonProfiling      = "Portside serves no /debug/pprof endpoints"
@@ -179,9 +179,7 @@ var ignoredReasons = map[string]string{
 	"requestheader-uid-headers":                    reasonClientCerts,
 	"requestheader-username-headers":               reasonClientCerts,
 	"cert-dir":                                     reasonCertDir,
-	"tls-cipher-suites":                            reasonTLSParams,
 	"tls-curve-preferences":                        reasonTLSParams,
-	"tls-min-version":                              reasonTLSParams,
 	"tls-sni-cert-key":                             reasonSNI,
 	"disable-http2-serving":                        reasonHTTP2,
 	"http2-max-streams-per-connection":             reasonHTTP2,

@@ -126,6 +126,8 @@ var validValue = map[string]string{
 	"tls-cert-file":               "", // a file
 	"tls-private-key-file":        "",
 	"help":                        "",
+	"tls-min-version":             "VersionTLS13",
+	"tls-cipher-suites":           "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
 }
 
 func flagArg(u manager.UpstreamFlag, value string) string {
@@ -242,7 +244,7 @@ func TestCompatAllFlagsAtOnceValidate(t *testing.T) {
 		"--authentication-kubeconfig=example, --authorization-kubeconfig=example: ",
 		"--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true,SomeGate=false: Portside has no feature gates; CloudControllerManagerWatchBasedRoutesReconciliation: the route controller always follows node events (as =true); SomeGate: no effect",
 		"--contention-profiling=true, --profiling=true: Portside serves no /debug/pprof endpoints",
-		"--tls-cipher-suites=a,b, --tls-curve-preferences=23,24, --tls-min-version=example: ",
+		"--tls-curve-preferences=23,24: ",
 		"--tls-sni-cert-key=/etc/tls/a.crt,/etc/tls/a.key:example.com: ",
 		"--version=v1.37.2: ",
 		"--webhook-bind-address=127.0.0.1, --webhook-cert-dir=example, ",

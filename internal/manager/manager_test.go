@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,36 @@ func TestValidateIsOneClearLine(t *testing.T) {
 	}
 	if strings.Contains(msg, "\n") {
 		t.Errorf("error spans lines: %q", msg)
+	}
+}
+
+func TestTLSSettings(t *testing.T) {
+	cases := []struct {
+		min     string
+		suites  []string
+		wantMin uint16
+		wantN   int
+		err     string
+	}{
+		{"", nil, tls.VersionTLS12, 0, ""},
+		{"VersionTLS13", nil, tls.VersionTLS13, 0, ""},
+		{"VersionTLS12", []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}, tls.VersionTLS12, 1, ""},
+		{"VersionTLS10", nil, 0, 0, "TLS 1.2 or later"},
+		{"TLS1.3", nil, 0, 0, "--tls-min-version"},
+		{"", []string{"TLS_NOT_A_SUITE"}, 0, 0, "--tls-cipher-suites"},
+	}
+	for _, tc := range cases {
+		o := NewOptions()
+		o.TLSMinVersion, o.TLSCipherSuites = tc.min, tc.suites
+		minV, suites, err := o.tlsSettings()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q %v: err %v, want one naming %q", tc.min, tc.suites, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || minV != tc.wantMin || len(suites) != tc.wantN {
+			t.Errorf("%q %v: %x %v %v", tc.min, tc.suites, minV, suites, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@
 package manager
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,6 +66,10 @@ type Options struct {
 	AlwaysAllowPaths []string
 	CertFile         string
 	KeyFile          string
+	// TLSMinVersion and TLSCipherSuites restrict the serving TLS (upstream's
+	// names: VersionTLS12, VersionTLS13; Go's IANA suite names).
+	TLSMinVersion   string
+	TLSCipherSuites []string
 
 	// UseServiceAccountCredentials: each controller writes with a client
 	// of its own ServiceAccount in kube-system (upstream's names), not with
@@ -134,6 +139,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AlwaysAllowPaths, "authorization-always-allow-paths", o.AlwaysAllowPaths, "paths served without authentication; others (/metrics) need a bearer token allowed by the apiserver (TokenReview and SubjectAccessReview)")
 	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "serving certificate (default: a self-signed one in memory)")
 	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "serving key")
+	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "minimum TLS version served: VersionTLS12 or VersionTLS13 (default VersionTLS12)")
+	fs.StringSliceVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "TLS 1.2 cipher suites served, by IANA name (default: Go's secure defaults)")
 	fs.BoolVar(&o.UseServiceAccountCredentials, "use-service-account-credentials", o.UseServiceAccountCredentials, "each controller uses the credentials of its own ServiceAccount in kube-system (node-controller, service-controller, route-controller)")
 	o.NetworkOptions.addFlags(fs)
 	// Last: only the upstream flags not registered above.
@@ -173,6 +180,9 @@ func (o *Options) Validate(known []Controller) error {
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, "--tls-cert-file and --tls-private-key-file go together")
 	}
+	if _, _, err := o.tlsSettings(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if _, err := o.migration(); err != nil {
 		errs = append(errs, err.Error())
 	}
@@ -208,4 +218,27 @@ func (o *Options) migration() (*MigrationConfig, error) {
 		return nil, nil
 	}
 	return &cfg, nil
+}
+
+// tlsSettings parses --tls-min-version and --tls-cipher-suites, as
+// upstream (k8s.io/component-base's names). TLS 1.0 and 1.1 are refused:
+// a CCM has no old clients to serve.
+func (o *Options) tlsSettings() (minVersion uint16, suites []uint16, err error) {
+	minVersion = tls.VersionTLS12
+	if o.TLSMinVersion != "" {
+		v, err := cliflag.TLSVersion(o.TLSMinVersion)
+		if err != nil {
+			return 0, nil, fmt.Errorf("--tls-min-version: %w", err)
+		}
+		if v < tls.VersionTLS12 {
+			return 0, nil, fmt.Errorf("--tls-min-version=%s: Portside serves TLS 1.2 or later; use VersionTLS12 or VersionTLS13", o.TLSMinVersion)
+		}
+		minVersion = v
+	}
+	if len(o.TLSCipherSuites) > 0 {
+		if suites, err = cliflag.TLSCipherSuites(o.TLSCipherSuites); err != nil {
+			return 0, nil, fmt.Errorf("--tls-cipher-suites: %w (Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)", err)
+		}
+	}
+	return minVersion, suites, nil
 }

@@ -88,6 +88,10 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 	if err != nil {
 		return "", nil, fmt.Errorf("client for token reviews: %w", err)
 	}
+	minTLS, suites, err := o.tlsSettings()
+	if err != nil {
+		return "", nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", h.handler(h.live))
 	mux.HandleFunc("/livez", h.handler(h.live))
@@ -104,7 +108,7 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 		WriteTimeout:      serveWriteTimeout,
 		IdleTimeout:       serveIdleTimeout,
 		MaxHeaderBytes:    serveMaxHeaderBytes,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minTLS, CipherSuites: suites},
 		ErrorLog:          log.New(serverErrorLog{klog.FromContext(ctx)}, "", 0),
 	}
 	errc := make(chan error, 1)
