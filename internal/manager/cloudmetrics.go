@@ -108,7 +108,25 @@ func (p *instrumentedProvider) Instances() (cloud.Instances, bool) {
 	if !ok || i == nil {
 		return i, ok
 	}
-	return &instrumentedInstances{i: i, m: p.m}, true
+	wrapped := &instrumentedInstances{i: i, m: p.m}
+	if a, isAddresser := i.(cloud.InstanceAddresser); isAddresser {
+		return &instrumentedAddressingInstances{wrapped, a}, true
+	}
+	return wrapped, true
+}
+
+// instrumentedAddressingInstances keeps the optional InstanceAddresser,
+// which the node controller's periodic address sync asserts.
+type instrumentedAddressingInstances struct {
+	*instrumentedInstances
+	addresser cloud.InstanceAddresser
+}
+
+func (w *instrumentedAddressingInstances) InstanceAddresses(ctx context.Context, node cloud.Node) ([]corev1.NodeAddress, error) {
+	start := time.Now()
+	addrs, err := w.addresser.InstanceAddresses(ctx, node)
+	w.m.observe("instance_addresses", start, err)
+	return addrs, err
 }
 
 func (p *instrumentedProvider) LoadBalancers() (cloud.LoadBalancers, bool) {
@@ -280,6 +298,7 @@ var (
 	_ cloud.LoadBalancers       = (*instrumentedLoadBalancers)(nil)
 	_ cloud.LoadBalancers       = (*instrumentedListingLoadBalancers)(nil)
 	_ cloud.LoadBalancerLister  = (*instrumentedListingLoadBalancers)(nil)
+	_ cloud.InstanceAddresser   = (*instrumentedAddressingInstances)(nil)
 	_ cloud.Routes              = (*instrumentedRoutes)(nil)
 	_ cloud.Volumes             = (*instrumentedVolumes)(nil)
 	_ cloud.RegistryCredentials = (*instrumentedCredentials)(nil)

@@ -215,3 +215,33 @@ func TestMetricsProviderName(t *testing.T) {
 		}
 	}
 }
+
+// addressingCloud's instances can look up addresses alone.
+type addressingCloud struct{ metricsCloud }
+type mcAddressingInstances struct{ mcInstances }
+
+func (c *addressingCloud) Instances() (cloud.Instances, bool) { return mcAddressingInstances{}, true }
+func (mcAddressingInstances) InstanceAddresses(context.Context, cloud.Node) ([]corev1.NodeAddress, error) {
+	return []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}, nil
+}
+
+// The wrapper keeps InstanceAddresser (the node controller's cheap periodic
+// sync) and times it; instances without it do not gain it.
+func TestInstrumentProviderKeepsInstanceAddresser(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	inst, _ := instrumentProvider(&addressingCloud{metricsCloud{name: "addr"}}, reg).Instances()
+	a, ok := inst.(cloud.InstanceAddresser)
+	if !ok {
+		t.Fatal("the wrapped instances lost InstanceAddresser")
+	}
+	if got, err := a.InstanceAddresses(context.Background(), cloud.Node{Name: "n"}); err != nil || len(got) != 1 {
+		t.Fatalf("InstanceAddresses = %v, %v", got, err)
+	}
+	if got := byRequest(t, reg, "cloudprovider_addr_api_request_duration_seconds"); got["instance_addresses"] != 1 {
+		t.Errorf("instance_addresses not timed: %v", got)
+	}
+	plain, _ := instrumentProvider(&metricsCloud{name: "plain2"}, reg).Instances()
+	if _, ok := plain.(cloud.InstanceAddresser); ok {
+		t.Error("instances without InstanceAddresser gained it")
+	}
+}

@@ -80,6 +80,16 @@ type Instances interface {
 	InstanceShutdown(ctx context.Context, node Node) (bool, error)
 }
 
+// InstanceAddresser is optionally implemented by a provider's Instances
+// when it can look up only an instance's addresses more cheaply than its
+// whole metadata: the node controller's periodic address sync then uses it
+// (as upstream's uses NodeAddressesByProviderID / NodeAddresses alone).
+type InstanceAddresser interface {
+	// InstanceAddresses returns the instance's addresses; an error wrapping
+	// ErrNotFound when there is no such instance.
+	InstanceAddresses(ctx context.Context, node Node) ([]corev1.NodeAddress, error)
+}
+
 // ProviderID builds the providerID "<provider>://<id>".
 func ProviderID(provider, id string) string { return provider + "://" + id }
 

@@ -250,14 +250,14 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	// instances) is synced too: the provider finds it by name, as under
 	// upstream's UpdateNodeStatus. Its warnings were reported at
 	// initialization.
-	md, err := c.cfg.Instances.InstanceMetadata(ctx, cloud.NodeFrom(node))
+	cloudAddrs, err := c.instanceAddresses(ctx, node)
 	if cloud.IsNotFound(err) {
 		return nil // the lifecycle controller decides about vanished instances
 	}
 	if err != nil {
 		return err
 	}
-	addrs, err := DesiredAddresses(node, md.Addresses)
+	addrs, err := DesiredAddresses(node, cloudAddrs)
 	if err != nil {
 		var ie *InitError
 		if errors.As(err, &ie) {
@@ -275,4 +275,17 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	}
 	c.metrics.addrUpdates.Inc()
 	return nil
+}
+
+// instanceAddresses asks the provider for the node's addresses only, when
+// it can (cloud.InstanceAddresser), else for the whole metadata.
+func (c *Controller) instanceAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error) {
+	if a, ok := c.cfg.Instances.(cloud.InstanceAddresser); ok {
+		return a.InstanceAddresses(ctx, cloud.NodeFrom(node))
+	}
+	md, err := c.cfg.Instances.InstanceMetadata(ctx, cloud.NodeFrom(node))
+	if err != nil {
+		return nil, err
+	}
+	return md.Addresses, nil
 }

@@ -201,3 +201,34 @@ func TestWarningEventMessageIsTheWarning(t *testing.T) {
 		t.Errorf("events = %q, want the warning's text %q", got, w.Error())
 	}
 }
+
+// addressOnly is a provider that can look up addresses alone.
+type addressOnly struct {
+	recordingInstances
+	addrs     []corev1.NodeAddress
+	addressed int
+}
+
+func (a *addressOnly) InstanceAddresses(_ context.Context, n cloud.Node) ([]corev1.NodeAddress, error) {
+	a.addressed++
+	return a.addrs, nil
+}
+
+// TestSyncNodeAsksForAddressesOnly: with cloud.InstanceAddresser, the
+// periodic sync makes that one call, not a whole-metadata lookup.
+func TestSyncNodeAsksForAddressesOnly(t *testing.T) {
+	n := tainted(nil)
+	n.Spec.Taints = nil
+	n.Spec.ProviderID = "local://i-1"
+	inst := &addressOnly{addrs: cloudAddrs[:1]}
+	c, client, _ := testController(t, n, inst)
+	if err := c.syncNode(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if inst.addressed != 1 || len(inst.asked) != 0 {
+		t.Fatalf("InstanceAddresses calls %d, InstanceMetadata calls %d; want 1 and 0", inst.addressed, len(inst.asked))
+	}
+	if got := getNode(t, client, "n1").Status.Addresses; len(got) == 0 || got[0] != cloudAddrs[0] {
+		t.Errorf("addresses = %v", got)
+	}
+}

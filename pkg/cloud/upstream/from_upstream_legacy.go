@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cloudprovider "k8s.io/cloud-provider"
 
@@ -73,6 +74,15 @@ func (i *instancesV1) InstanceMetadata(ctx context.Context, n cloud.Node) (*clou
 		md.Zone, md.Region = zone.FailureDomain, zone.Region
 	}
 	return md, nil
+}
+
+var _ cloud.InstanceAddresser = (*instancesV1)(nil)
+
+// InstanceAddresses follows CloudNodeController.getNodeAddressesByProviderIDOrName,
+// as upstream's periodic UpdateNodeStatus: one or two provider calls, not
+// the whole metadata (instance ID, type and zone too).
+func (i *instancesV1) InstanceAddresses(ctx context.Context, n cloud.Node) ([]corev1.NodeAddress, error) {
+	return byIDOrName(ctx, "node addresses", n.ProviderID, n.Name, i.v1.NodeAddressesByProviderID, i.v1.NodeAddresses)
 }
 
 // InstanceExists follows CloudNodeLifecycleController.ensureNodeExistsByProviderID:

@@ -169,3 +169,22 @@ func TestFromUpstreamLegacyLifecycle(t *testing.T) {
 		t.Fatalf("exists by name without InstanceID = %v %v, want a NotImplemented error (never a deletion)", ok, err)
 	}
 }
+
+// The periodic address sync asks a legacy provider for addresses only, as
+// upstream's UpdateNodeStatus (getNodeAddressesByProviderIDOrName): by
+// providerID, then by name; not the instance ID, type and zone too.
+func TestFromUpstreamLegacyAddressesOnly(t *testing.T) {
+	f := &fake.Cloud{Provider: "onprem", Addresses: addrs, Zone: cloudprovider.Zone{FailureDomain: "room-1", Region: "dc-1"}}
+	inst, _ := FromUpstream(byNameOnly{Cloud: f}).Instances()
+	a, ok := inst.(cloud.InstanceAddresser)
+	if !ok {
+		t.Fatal("the legacy adapter does not offer InstanceAddresses")
+	}
+	got, err := a.InstanceAddresses(context.Background(), cloud.Node{Name: "node-a"})
+	if err != nil || len(got) != len(addrs) {
+		t.Fatalf("addresses = %v, %v", got, err)
+	}
+	if want := "[node-addresses]"; fmt.Sprint(f.Calls) != want {
+		t.Fatalf("calls = %s, want %s", f.Calls, want)
+	}
+}
