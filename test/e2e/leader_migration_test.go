@@ -50,7 +50,11 @@ func TestLeaderMigrationFromKubeControllerManager(t *testing.T) {
 	if err := os.WriteFile(cloudCfg, fmt.Appendf(nil, "endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const migrationLease = "e2e-extraction-migration"
+	// Names of this run's own: the test passes when repeated (-count=N),
+	// whatever an earlier run left in the shared apiserver.
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	migrationLease := "e2e-extraction-migration-" + run
+	ccmLease, kcmOwnLease, nodeName := "e2e-migration-ccm-"+run, "e2e-kcm-"+run, "lm-node-"+run
 	lmCfg := filepath.Join(dir, "leader-migration.yaml")
 	if err := os.WriteFile(lmCfg, []byte(`apiVersion: controllermanager.config.k8s.io/v1
 kind: LeaderMigrationConfiguration
@@ -70,7 +74,7 @@ controllerLeaders:
 	saKey := filepath.Join(testenv.ControlPlane(t).Dir(), "pki", "sa.key")
 	kcm, err := proc.Start("kube-controller-manager", kcmBin, append([]string{"--kubeconfig=" + testenv.Kubeconfig(t),
 		"--secure-port=0", "--controllers=serviceaccount-token-controller", // KCM 1.37 has no cloud controllers left; it still holds the migration lease
-		"--service-account-private-key-file=" + saKey, "--leader-elect=true", "--leader-elect-lease-duration=" + kcmLease.String(),
+		"--service-account-private-key-file=" + saKey, "--leader-elect=true", "--leader-elect-resource-name=" + kcmOwnLease, "--leader-elect-lease-duration=" + kcmLease.String(),
 		"--leader-elect-renew-deadline=8s", "--leader-elect-retry-period=500ms"}, migration...), nil, filepath.Join(dir, "kcm.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -106,30 +110,30 @@ controllerLeaders:
 	const ccmID = ccmIDConst
 	ccm, err := proc.Start("ccm", bin, append([]string{"ccm", "--cloud-provider=local", "--cloud-config=" + cloudCfg,
 		"--kubeconfig=" + testenv.Kubeconfig(t), "--secure-port=0", "--bind-address=127.0.0.1",
-		"--leader-elect-identity=" + ccmID, "--leader-elect-resource-name=e2e-migration-ccm",
+		"--leader-elect-identity=" + ccmID, "--leader-elect-resource-name=" + ccmLease,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}, migration...), nil, filepath.Join(dir, "ccm.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ccm.Stop(5 * time.Second)
-	wait("the CCM to hold its own lease", 30*time.Second, func() bool { return holder("e2e-migration-ccm") == ccmID })
+	wait("the CCM to hold its own lease", 30*time.Second, func() bool { return holder(ccmLease) == ccmID })
 
 	// Its own controllers run: a node is initialized.
-	if _, err := lc.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: "lm-node", Zone: "zone-a"}); err != nil {
+	if _, err := lc.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: nodeName, Zone: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}
 	sim := nodesim.New(client, 1)
-	if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: "lm-node"}}); err != nil {
+	if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: nodeName}}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = sim.Delete(context.Background(), []string{"lm-node"}) }()
-	wait("lm-node initialized by the CCM", 30*time.Second, func() bool {
-		n, err := client.CoreV1().Nodes().Get(ctx, "lm-node", metav1.GetOptions{})
+	defer func() { _ = sim.Delete(context.Background(), []string{nodeName}) }()
+	wait(nodeName+" initialized by the CCM", 30*time.Second, func() bool {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Spec.ProviderID != ""
 	})
 
 	// The migrated service controller does not run while KCM holds the lease.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leader-migration"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leader-migration-" + run}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +144,18 @@ controllerLeaders:
 	if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Deferred after the CCM's Stop, so it runs first: the CCM deletes the
+	// load balancer and releases the Service.
+	defer func() {
+		_ = client.CoreV1().Services(ns.Name).Delete(context.Background(), "lb", metav1.DeleteOptions{})
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := client.CoreV1().Services(ns.Name).Get(context.Background(), "lb", metav1.GetOptions{}); err != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	ingress := func() bool {
 		s, err := client.CoreV1().Services(ns.Name).Get(ctx, "lb", metav1.GetOptions{})
 		return err == nil && len(s.Status.LoadBalancer.Ingress) > 0
@@ -164,7 +180,7 @@ controllerLeaders:
 	}
 	wait("the LoadBalancer Service to get its ingress", 30*time.Second, ingress)
 	t.Logf("migration lease taken %v after it expired; load balancer served", time.Since(expires).Round(100*time.Millisecond))
-	if holder("e2e-migration-ccm") != ccmID {
+	if holder(ccmLease) != ccmID {
 		t.Fatal("the CCM lost its own lease")
 	}
 	select {

@@ -90,11 +90,7 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *corev1.Servic
 		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "Error deleting load balancer: %v", err)
 		return err
 	}
-	if err := c.clearStatus(ctx, svc); err != nil {
-		return err
-	}
-	finalizers := slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == FinalizerCleanup })
-	if err := c.patchFinalizers(ctx, svc, finalizers); err != nil {
+	if err := c.release(ctx, svc); err != nil {
 		return err
 	}
 	c.forget(key, svc.UID)
@@ -250,10 +246,12 @@ func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, f
 	return nil
 }
 
-// clearStatus removes the ingress and our condition. A merge patch of an
-// empty loadBalancer object would leave the ingress in place: it is set to
-// null explicitly.
-func (c *Controller) clearStatus(ctx context.Context, svc *corev1.Service) error {
+// release clears the status (ingress and our condition) and removes the
+// finalizer in one write through services/status, which keeps metadata
+// changes (as upstream's finalizer patches): one write, and no conflict
+// between two. A merge patch of an empty loadBalancer object would leave
+// the ingress in place: it is set to null explicitly.
+func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	st := map[string]any{}
 	if len(svc.Status.LoadBalancer.Ingress) > 0 {
 		st["loadBalancer"] = map[string]any{"ingress": nil}
@@ -267,13 +265,17 @@ func (c *Controller) clearStatus(ctx context.Context, svc *corev1.Service) error
 			st["conditions"] = conds
 		}
 	}
-	if len(st) == 0 {
-		return nil
+	body := map[string]any{"metadata": map[string]any{
+		"finalizers":      slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == FinalizerCleanup }),
+		"resourceVersion": svc.ResourceVersion,
+	}}
+	if len(st) > 0 {
+		body["status"] = st
 	}
-	patch, _ := json.Marshal(map[string]any{"status": st})
+	patch, _ := json.Marshal(body)
 	_, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("clear status: %w", err)
+		return fmt.Errorf("release the Service (status and finalizer): %w", err)
 	}
 	return nil
 }
