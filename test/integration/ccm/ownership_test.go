@@ -321,10 +321,13 @@ func TestRecreatedServiceReplacesItsLoadBalancer(t *testing.T) {
 func TestAutoscalerTaintDoesNotPullTheNode(t *testing.T) {
 	f := env(t)
 	ctx := context.Background()
-	f.node(t, "ca-a")
-	f.node(t, "ca-b")
-	svc := f.createSvc(t, lbSvc("ca", nil))
-	f.waitSvc(t, "ca", 20*time.Second, "ingress", hasIngress)
+	// Names of this run's own: cloud instances outlive a run (-count=N).
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	a, b, c := "ca-a-"+run, "ca-b-"+run, "ca-c-"+run
+	f.node(t, a)
+	f.node(t, b)
+	svc := f.createSvc(t, lbSvc("ca-"+run, nil))
+	f.waitSvc(t, "ca-"+run, 20*time.Second, "ingress", hasIngress)
 	backends := func() map[string]bool {
 		lb, err := f.cloud.Client.GetLoadBalancer(ctx, cloud.LoadBalancerName(svc.UID))
 		if err != nil {
@@ -336,20 +339,20 @@ func TestAutoscalerTaintDoesNotPullTheNode(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, "both nodes backends", func() (bool, string) { b := backends(); return b["ca-a"] && b["ca-b"], fmt.Sprint(b) })
+	eventually(t, 10*time.Second, "both nodes backends", func() (bool, string) { got := backends(); return got[a] && got[b], fmt.Sprint(got) })
 	patch := []byte(`{"spec":{"taints":[{"key":"ToBeDeletedByClusterAutoscaler","value":"1700000000","effect":"NoSchedule"}]}}`)
-	if _, err := f.client.CoreV1().Nodes().Patch(ctx, "ca-b", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := f.client.CoreV1().Nodes().Patch(ctx, b, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Another node joins, so the host set really is recomputed.
-	f.node(t, "ca-c")
-	eventually(t, 10*time.Second, "the new node a backend", func() (bool, string) { b := backends(); return b["ca-c"], fmt.Sprint(b) })
-	if b := backends(); !b["ca-b"] {
-		t.Fatalf("the autoscaler's taint pulled the node out at once: %v", b)
+	f.node(t, c)
+	eventually(t, 10*time.Second, "the new node a backend", func() (bool, string) { got := backends(); return got[c], fmt.Sprint(got) })
+	if got := backends(); !got[b] {
+		t.Fatalf("the autoscaler's taint pulled the node out at once: %v", got)
 	}
-	f.removeNode(t, "ca-b")
-	eventually(t, 10*time.Second, "the deleted node no backend", func() (bool, string) { b := backends(); return !b["ca-b"], fmt.Sprint(b) })
-	_ = f.client.CoreV1().Services("default").Delete(ctx, "ca", metav1.DeleteOptions{})
-	f.removeNode(t, "ca-a")
-	f.removeNode(t, "ca-c")
+	f.removeNode(t, b)
+	eventually(t, 10*time.Second, "the deleted node no backend", func() (bool, string) { got := backends(); return !got[b], fmt.Sprint(got) })
+	_ = f.client.CoreV1().Services("default").Delete(ctx, "ca-"+run, metav1.DeleteOptions{})
+	f.removeNode(t, a)
+	f.removeNode(t, c)
 }
