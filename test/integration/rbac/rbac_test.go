@@ -416,11 +416,12 @@ current-context: c
 }
 
 // optional are grants for paths this scenario does not take: events through
-// events.k8s.io and event updates (client-go's recorder may use them), and
+// events.k8s.io, and event patches and updates (client-go's recorder uses
+// them when an event repeats), and
 // list, which informers use only when the apiserver cannot stream the
 // initial list over watch (WatchList).
 func optional(group, resource, verb string, _ []string) bool {
-	return group == "events.k8s.io" || (resource == "events" && verb == "update") || verb == "list"
+	return group == "events.k8s.io" || (resource == "events" && (verb == "update" || verb == "patch")) || verb == "list"
 }
 
 func ruleKey(rules []rbacv1.PolicyRule, i int, c call) string {
