@@ -231,6 +231,10 @@ func TestManifestRBACIsExactlyWhatTheCCMCalls(t *testing.T) {
 	ctx := context.Background()
 	admin := testenv.Client(t)
 	clusterRules, leaderRules := manifests(t, admin)
+	// The scenario creates the Lease, also when repeated (-count=N).
+	if err := admin.CoordinationV1().Leases("kube-system").Delete(ctx, "cloud-controller-manager", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	rec, url := proxy(t, testenv.Config(t))
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
