@@ -79,8 +79,8 @@ func getNode(t *testing.T, client *fake.Clientset, name string) *corev1.Node {
 }
 
 var (
-	noZone       = fmt.Errorf("node %q: %w: the provider has no Zones interface", "n1", cloud.ErrNoZone)
-	noProviderID = fmt.Errorf("node %q: %w: found by node name, so it gets no providerID", "n1", cloud.ErrNoProviderID)
+	errNoZone       = fmt.Errorf("node %q: %w: the provider has no Zones interface", "n1", cloud.ErrNoZone)
+	errNoProviderID = fmt.Errorf("node %q: %w: found by node name, so it gets no providerID", "n1", cloud.ErrNoProviderID)
 )
 
 // TestInitializationReportsWarnings: what the provider could not say about
@@ -100,20 +100,20 @@ func TestInitializationReportsWarnings(t *testing.T) {
 		wantInit: true, wantProviderID: "local://i-1",
 	}, {
 		name:     "no zone: initialized without zone labels, one event",
-		md:       cloud.InstanceMetadata{ProviderID: "local://i-1", Addresses: cloudAddrs[:1], Warnings: []error{noZone}},
+		md:       cloud.InstanceMetadata{ProviderID: "local://i-1", Addresses: cloudAddrs[:1], Warnings: []error{errNoZone}},
 		wantInit: true, wantProviderID: "local://i-1",
-		wantEvents: []string{"Warning IncompleteInstanceMetadata " + noZone.Error()},
+		wantEvents: []string{"Warning IncompleteInstanceMetadata " + errNoZone.Error()},
 	}, {
 		name:     "legacy provider without InstanceID nor zone: initialized without providerID, one event each",
-		md:       cloud.InstanceMetadata{Addresses: cloudAddrs[:1], InstanceType: "small", Warnings: []error{noProviderID, noZone}},
+		md:       cloud.InstanceMetadata{Addresses: cloudAddrs[:1], InstanceType: "small", Warnings: []error{errNoProviderID, errNoZone}},
 		wantInit: true,
 		wantEvents: []string{
-			"Warning IncompleteInstanceMetadata " + noProviderID.Error(),
-			"Warning IncompleteInstanceMetadata " + noZone.Error(),
+			"Warning IncompleteInstanceMetadata " + errNoProviderID.Error(),
+			"Warning IncompleteInstanceMetadata " + errNoZone.Error(),
 		},
 	}, {
 		name:       "no providerID and no warning saying why: stays tainted",
-		md:         cloud.InstanceMetadata{Addresses: cloudAddrs[:1], Warnings: []error{noZone}},
+		md:         cloud.InstanceMetadata{Addresses: cloudAddrs[:1], Warnings: []error{errNoZone}},
 		wantEvents: []string{"Warning ProviderIDMissing Node stays uninitialized: the cloud provider returned no providerID for this node and the node has none"},
 	}}
 	for _, tc := range cases {
@@ -156,7 +156,7 @@ func TestSyncNodeWithoutProviderID(t *testing.T) {
 		want []corev1.NodeAddress
 	}{{
 		name: "addresses by node name",
-		md:   &cloud.InstanceMetadata{Addresses: cloudAddrs[:1], Warnings: []error{noProviderID, noZone}},
+		md:   &cloud.InstanceMetadata{Addresses: cloudAddrs[:1], Warnings: []error{errNoProviderID, errNoZone}},
 		want: []corev1.NodeAddress{cloudAddrs[0], addr(corev1.NodeHostName, "n1")},
 	}, {
 		name: "no such instance: nothing to do",
@@ -164,7 +164,7 @@ func TestSyncNodeWithoutProviderID(t *testing.T) {
 		want: have,
 	}, {
 		name: "no addresses from the cloud: kept",
-		md:   &cloud.InstanceMetadata{Warnings: []error{noProviderID}},
+		md:   &cloud.InstanceMetadata{Warnings: []error{errNoProviderID}},
 		want: have,
 	}}
 	for _, tc := range cases {
