@@ -212,7 +212,19 @@ func TestClassModeServesOnlyItsClass(t *testing.T) {
 // balancer that is provably ours and whose Service is gone is collected
 // (the proof the collector ran).
 func TestTwoClustersOnOneCloud(t *testing.T) {
+	t.Run("same cluster name", func(t *testing.T) { twoClusters(t, "") })
+	t.Run("different cluster names", func(t *testing.T) { twoClusters(t, "cluster-b") })
+}
+
+// twoClusters runs the scenario with cluster B named nameB ("": the same
+// name as the package's cluster A).
+func twoClusters(t *testing.T, nameB string) {
 	f := env(t)
+	named := func(o *manager.Options) {
+		if nameB != "" {
+			o.ClusterName = nameB
+		}
+	}
 	ctx := context.Background()
 	cpCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -225,7 +237,7 @@ func TestTwoClustersOnOneCloud(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopB := f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), nil)
+	stopB := f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), named)
 
 	createIn := func(c kubernetes.Interface, name string) *corev1.Service {
 		s, err := c.CoreV1().Services("default").Create(ctx, lbSvc(name, nil), metav1.CreateOptions{})
@@ -262,7 +274,7 @@ func TestTwoClustersOnOneCloud(t *testing.T) {
 	if err := clientB.CoreV1().Services("default").Delete(ctx, "twin-gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), nil)
+	f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), named)
 	f.restartCCM(t, func() {})
 	eventually(t, 20*time.Second, "B's own orphan collected", func() (bool, string) { return !f.lbExists(t, goneB.UID), "still there" })
 	time.Sleep(2 * time.Second) // both collectors have finished their first pass
