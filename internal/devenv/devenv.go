@@ -101,6 +101,7 @@ func start(ctx context.Context, s *stack, l layout, nodes int) (*environment, st
 	}{
 		{"control plane", startControlPlane},
 		{"local cloud", startCloud},
+		{"kube-controller-manager", startKCM},
 		{"nodes", startNodes(nodes)},
 		{"ccm", startCCM},
 		{"nodes", waitNodesInitialized},

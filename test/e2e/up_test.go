@@ -3,7 +3,9 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/portside-io/portside/internal/devenv"
 	"github.com/portside-io/portside/internal/tools"
@@ -89,6 +97,7 @@ func TestUpOnce(t *testing.T) {
 		"3/3 initialized by the ccm",
 		"export KUBECONFIG=",
 		"stopping ccm (pid", "stopping simulated nodes", "stopping local cloud (pid", "stopping kube-apiserver (pid",
+		"kube-controller-manager acting (pid", "stopping kube-controller-manager (pid",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
@@ -160,6 +169,8 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	if len(rep.Nodes) != 3 || len(rep.LoadBalancers) != 1 || len(rep.LoadBalancers[0].Backends) != 3 || !rep.LoadBalancers[0].Backends[0].Healthy {
 		t.Errorf("status -o json = %s", js)
 	}
+
+	deleteNamespaceWithLoadBalancers(t, bin, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
@@ -245,4 +256,73 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 		t.Errorf("up without tools: %v\n%s", err, out)
 	}
 	assertNoProcessesUsing(t, data)
+}
+
+// deleteNamespaceWithLoadBalancers: on a running `up`, a namespace with 5
+// LoadBalancer Services is deleted: kube-controller-manager's namespace
+// controller deletes the Services, the CCM deletes their load balancers and
+// releases them, and the namespace is gone, all within 30 s.
+func deleteNamespaceWithLoadBalancers(t *testing.T, bin, data string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "ns-deletion"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("lb-%d", i)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+		if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inNamespace := func() (int, error) {
+		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
+		if err != nil {
+			return 0, err
+		}
+		var rep devenv.Report
+		if err := json.Unmarshal(js, &rep); err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, lb := range rep.LoadBalancers {
+			if strings.HasPrefix(lb.Service, ns+"/") {
+				n++
+			}
+		}
+		return n, nil
+	}
+	waitUntil(t, 30*time.Second, "5 load balancers in the cloud", func() bool { n, err := inNamespace(); return err == nil && n == 5 })
+	began := time.Now()
+	if err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the namespace gone", func() bool {
+		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if n, err := inNamespace(); err != nil || n != 0 {
+		t.Fatalf("after the namespace is gone, the cloud still has %d of its load balancers (%v)", n, err)
+	}
+	t.Logf("namespace with 5 LoadBalancer Services deleted, load balancers included, in %v", time.Since(began).Round(100*time.Millisecond))
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
