@@ -61,16 +61,22 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 		offset = st.Size()
 	}
 	s.p.step("ccm", "starting the cloud controller manager (log %s)", logPath)
-	p, err := proc.Start("ccm", exe, ccmArgs(env.kubeconfig(), env.cloudConfig()), nil, logPath)
+	run := func() (*proc.Process, error) {
+		return proc.Start("ccm", exe, ccmArgs(env.kubeconfig(), env.cloudConfig()), nil, logPath)
+	}
+	p, err := run()
 	if err != nil {
 		return err
 	}
-	s.pushProcess("ccm", p, 10*time.Second)
-	env.ccm = p
 	addr, err := waitCCMReady(ctx, p, logPath, offset, time.Minute)
 	if err != nil {
+		p.Stop(10 * time.Second)
 		return processError(err, p)
 	}
+	// From here a CCM that dies is restarted, as a kubelet would.
+	sv := supervise(s.p, "ccm", "ccm", p, 10*time.Second, run)
+	s.pushSupervised(sv)
+	env.ccm = sv
 	s.p.step("ccm", "ready, all controllers running (pid %d; health and metrics at %s)", p.PID(), addr)
 	return nil
 }

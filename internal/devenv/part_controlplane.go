@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/portside-io/portside/internal/controlplane"
-	"github.com/portside-io/portside/internal/proc"
 	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
@@ -26,7 +25,7 @@ type environment struct {
 	vipPool       netip.Prefix
 
 	nodes []nodeInfo
-	ccm   *proc.Process
+	ccm   *supervisor
 }
 
 // startControlPlane starts etcd and kube-apiserver from `make tools`, with

@@ -49,15 +49,19 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	}
 	logPath := filepath.Join(env.logs(), "kube-controller-manager.log")
 	s.p.step("controllers", "starting kube-controller-manager --cloud-provider=external (log %s)", logPath)
-	p, err := proc.Start("kube-controller-manager", bin, kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki")), nil, logPath)
+	run := func() (*proc.Process, error) {
+		return proc.Start("kube-controller-manager", bin, kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki")), nil, logPath)
+	}
+	p, err := run()
 	if err != nil {
 		return err
 	}
-	s.pushProcess("kube-controller-manager", p, 10*time.Second)
 	began := time.Now()
 	if err := waitKCMActing(ctx, env, p); err != nil {
+		p.Stop(10 * time.Second)
 		return processError(err, p)
 	}
+	s.pushSupervised(supervise(s.p, "controllers", "kube-controller-manager", p, 10*time.Second, run))
 	s.p.step("controllers", "kube-controller-manager acting (pid %d, %.1fs)", p.PID(), time.Since(began).Seconds())
 	return nil
 }

@@ -17,7 +17,10 @@ type stack struct {
 
 type stopper struct {
 	what string
-	stop func()
+	// describe, if set, names the part at stop time (a restarted child has
+	// a new pid).
+	describe func() string
+	stop     func()
 	// done, if set, is closed when the part dies on its own.
 	done <-chan struct{}
 }
@@ -33,7 +36,11 @@ func (s *stack) pushProcess(part string, p *proc.Process, grace time.Duration) {
 
 func (s *stack) stopAll() {
 	for i := len(s.parts) - 1; i >= 0; i-- {
-		s.p.step("shutdown", "stopping %s", s.parts[i].what)
+		what := s.parts[i].what
+		if s.parts[i].describe != nil {
+			what = s.parts[i].describe()
+		}
+		s.p.step("shutdown", "stopping %s", what)
 		s.parts[i].stop()
 	}
 	s.parts = nil

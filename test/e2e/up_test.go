@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,6 +172,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	}
 
 	deleteNamespaceWithLoadBalancers(t, bin, data)
+	ccmKilledIsRestarted(t, &out, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
@@ -325,4 +327,46 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// ccmKilledIsRestarted: `kill -9` of the CCM → `up` restarts it (and says
+// so), and a LoadBalancer Service created meanwhile gets its VIP.
+func ccmKilledIsRestarted(t *testing.T, out *syncBuffer, data string) {
+	t.Helper()
+	m := regexp.MustCompile(`ccm\s+ready, all controllers running \(pid (\d+);`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no ccm pid in the output:\n%s", out.String())
+	}
+	var pid int
+	if _, err := fmt.Sscan(m[1], &pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-crash"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the ccm restarted", func() bool {
+		return regexp.MustCompile(`ccm\s+ccm restarted \(pid \d+\)`).MatchString(out.String())
+	})
+	waitUntil(t, 30*time.Second, "a VIP for the Service created while the ccm was down", func() bool {
+		s, err := client.CoreV1().Services("default").Get(ctx, "after-crash", metav1.GetOptions{})
+		return err == nil && len(s.Status.LoadBalancer.Ingress) > 0
+	})
+	if !strings.Contains(out.String(), fmt.Sprintf("ccm pid %d exited on its own", pid)) {
+		t.Errorf("up did not say why it restarted the ccm:\n%s", out.String())
+	}
+	_ = client.CoreV1().Services("default").Delete(ctx, "after-crash", metav1.DeleteOptions{})
 }
