@@ -25,9 +25,9 @@ const (
 type supervisor struct {
 	// part names it in `up`'s output; what on the stack ("stopping ...").
 	part, what string
-	grace time.Duration
-	start func() (*proc.Process, error)
-	p     *progress
+	grace      time.Duration
+	start      func() (*proc.Process, error)
+	p          *progress
 
 	mu       sync.Mutex
 	cur      *proc.Process

@@ -267,14 +267,7 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 func deleteNamespaceWithLoadBalancers(t *testing.T, bin, data string) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := upClient(t, data)
 	const ns = "ns-deletion"
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -345,14 +338,7 @@ func ccmKilledIsRestarted(t *testing.T, out *syncBuffer, data string) {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := upClient(t, data)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-crash"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -369,4 +355,18 @@ func ccmKilledIsRestarted(t *testing.T, out *syncBuffer, data string) {
 		t.Errorf("up did not say why it restarted the ccm:\n%s", out.String())
 	}
 	_ = client.CoreV1().Services("default").Delete(ctx, "after-crash", metav1.DeleteOptions{})
+}
+
+// upClient is an admin client of a running `up`'s cluster.
+func upClient(t *testing.T, data string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
