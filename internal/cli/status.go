@@ -25,7 +25,11 @@ func printStatus(w io.Writer, rep *devenv.Report, output string) error {
 	default:
 		return fmt.Errorf("--output %q is not supported: use table or json", output)
 	}
-	fmt.Fprintf(w, "portside up (pid %d), data in %s\nkube-apiserver %s, local cloud %s\n\n", rep.PID, rep.DataDir, rep.APIServer, rep.Cloud)
+	fmt.Fprintf(w, "portside up (pid %d), data in %s\nkube-apiserver %s, local cloud %s\n", rep.PID, rep.DataDir, rep.APIServer, rep.Cloud)
+	if rep.CCMLeader != "" {
+		fmt.Fprintf(w, "ccm leader: %s\n", rep.CCMLeader)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tZONE\tINTERNAL-IP\tPROVIDER-ID\tPOD-CIDR\tROUTE\tINITIALIZED")
 	for _, n := range rep.Nodes {

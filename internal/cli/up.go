@@ -30,6 +30,7 @@ func newUpCommand() *cobra.Command {
 	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of simulated nodes, spread over 2 zones (at most %d)", devenv.MaxNodes))
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "stop after the request through the LoadBalancer VIP (for scripts and tests)")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "remove the data directory when stopping")
+	cmd.Flags().IntVar(&opts.CCMReplicas, "ccm-replicas", 1, fmt.Sprintf("number of CCMs; more than one elect a leader, as a highly available CCM (at most %d)", devenv.MaxCCMReplicas))
 	return cmd
 }
 

@@ -29,12 +29,18 @@ type Options struct {
 	Once bool
 	// Purge removes DataDir when the environment stops.
 	Purge bool
+	// CCMReplicas is the number of CCMs, 1 to MaxCCMReplicas; more than one
+	// run with leader election, as a highly available CCM does.
+	CCMReplicas int
 	// Out receives progress lines.
 	Out io.Writer
 }
 
 // MaxNodes bounds --nodes: the node address range of one environment is a /22.
 const MaxNodes = 1000
+
+// MaxCCMReplicas bounds --ccm-replicas.
+const MaxCCMReplicas = 5
 
 const pidFileName = "portside-up.pid"
 
@@ -44,6 +50,12 @@ const pidFileName = "portside-up.pid"
 func Up(ctx context.Context, opts Options) (err error) {
 	if opts.Nodes < 1 || opts.Nodes > MaxNodes {
 		return fmt.Errorf("--nodes %d is out of range 1-%d", opts.Nodes, MaxNodes)
+	}
+	if opts.CCMReplicas == 0 {
+		opts.CCMReplicas = 1
+	}
+	if opts.CCMReplicas < 1 || opts.CCMReplicas > MaxCCMReplicas {
+		return fmt.Errorf("--ccm-replicas %d is out of range 1-%d", opts.CCMReplicas, MaxCCMReplicas)
 	}
 	l, err := newLayout(opts.DataDir)
 	if err != nil {
@@ -69,7 +81,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 
-	env, part, err := start(ctx, s, l, opts.Nodes)
+	env, part, err := start(ctx, s, l, opts.Nodes, opts.CCMReplicas)
 	if err == nil {
 		part, err = "demo", demo(ctx, p, env)
 	}
@@ -93,8 +105,8 @@ func Up(ctx context.Context, opts Options) (err error) {
 
 // start brings the parts up in order; each one it starts is pushed on s.
 // On failure it returns the part that failed.
-func start(ctx context.Context, s *stack, l layout, nodes int) (*environment, string, error) {
-	env := &environment{layout: l}
+func start(ctx context.Context, s *stack, l layout, nodes, ccmReplicas int) (*environment, string, error) {
+	env := &environment{layout: l, ccmReplicas: ccmReplicas}
 	steps := []struct {
 		part string
 		fn   func(context.Context, *stack, *environment) error

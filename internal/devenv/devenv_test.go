@@ -1,14 +1,19 @@
 package devenv
 
 import (
+	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/portside-io/portside/internal/manager"
 )
@@ -36,21 +41,30 @@ func TestLoadNetworkIsKeptAndInRange(t *testing.T) {
 // ccmArgs must parse with the CCM's real flags, so a renamed flag fails
 // here rather than in `portside up`.
 func TestCCMArgsParse(t *testing.T) {
-	args := ccmArgs("/k", "/c")
-	if args[0] != "ccm" {
-		t.Fatalf("args[0] = %q", args[0])
+	parse := func(args []string) *manager.Options {
+		t.Helper()
+		if args[0] != "ccm" {
+			t.Fatalf("args[0] = %q", args[0])
+		}
+		o := manager.NewOptions()
+		fs := pflag.NewFlagSet("ccm", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(args[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(manager.DefaultControllers()); err != nil {
+			t.Error(err)
+		}
+		return o
 	}
-	o := manager.NewOptions()
-	fs := pflag.NewFlagSet("ccm", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
-		t.Fatal(err)
-	}
+	o := parse(ccmArgs("/k", "/c", 1, 1))
 	if o.CloudProvider != "local" || o.Kubeconfig != "/k" || o.CloudConfig != "/c" || o.LeaderElect || o.SecurePort != 0 {
 		t.Errorf("options = %+v", o)
 	}
-	if err := o.Validate(manager.DefaultControllers()); err != nil {
-		t.Error(err)
+	// Replicas elect a leader, each under its own identity.
+	o = parse(ccmArgs("/k", "/c", 2, 2))
+	if !o.LeaderElect || !strings.HasPrefix(o.LeaderElectIdentity, "ccm-2_") || o.LeaseDuration != CCMLeaseDuration {
+		t.Errorf("replica options = %+v", o)
 	}
 }
 
@@ -79,5 +93,36 @@ func writeFile(t *testing.T, path, s string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCCMLeader(t *testing.T) {
+	now := time.Now()
+	lease := func(holder string, renewed time.Time) *coordinationv1.Lease {
+		d := int32(8)
+		rt := metav1.NewMicroTime(renewed)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cloud-controller-manager"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d, RenewTime: &rt}}
+	}
+	cases := []struct {
+		name  string
+		lease *coordinationv1.Lease
+		want  string
+	}{
+		{"no Lease (one replica)", nil, ""},
+		{"current", lease("ccm-2_12345", now.Add(-2*time.Second)), "ccm-2"},
+		{"expired (an earlier run's)", lease("ccm-1_999", now.Add(-time.Minute)), ""},
+		{"released", lease("", now), ""},
+	}
+	for _, tc := range cases {
+		client := fake.NewClientset()
+		if tc.lease != nil {
+			if _, err := client.CoordinationV1().Leases("kube-system").Create(context.Background(), tc.lease, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := ccmLeader(context.Background(), client, now); got != tc.want {
+			t.Errorf("%s: leader %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -16,23 +16,39 @@ import (
 
 // ccmArgs are the flags `portside up` runs `portside ccm` with: the local
 // provider, the environment's kubeconfig, health and metrics on a free
-// loopback port, no leader election (there is one replica), and pod CIDRs
-// and cloud routes for every node (the service range is the apiserver's).
-func ccmArgs(kubeconfig, cloudConfig string) []string {
-	return []string{
+// loopback port, and pod CIDRs and cloud routes for every node (the service
+// range is the apiserver's). One replica runs without leader election;
+// several compete for the Lease, each with its identity, on short timings so
+// a take-over shows within seconds.
+func ccmArgs(kubeconfig, cloudConfig string, replicas, replica int) []string {
+	args := []string{
 		"ccm",
 		"--cloud-provider=local",
 		"--cloud-config=" + cloudConfig,
 		"--kubeconfig=" + kubeconfig,
 		"--secure-port=0",
 		"--bind-address=127.0.0.1",
-		"--leader-elect=false",
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr=" + ClusterCIDR,
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--configure-cloud-routes=true",
 	}
+	if replicas == 1 {
+		return append(args, "--leader-elect=false")
+	}
+	// A fresh identity per start: a restarted replica must wait for the
+	// Lease like any candidate, not renew its dead predecessor's.
+	id := fmt.Sprintf("%s_%d", ccmIdentity(replica), time.Now().UnixNano()%1_000_000)
+	return append(args, "--leader-elect=true", "--leader-elect-identity="+id,
+		"--leader-elect-lease-duration="+CCMLeaseDuration.String(), "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s")
 }
+
+// CCMLeaseDuration is the Lease duration of replicated CCMs: a dead
+// leader's successor leads within it.
+const CCMLeaseDuration = 8 * time.Second
+
+// ccmIdentity names replica i (from 1) in the leader Lease.
+func ccmIdentity(i int) string { return fmt.Sprintf("ccm-%d", i) }
 
 // The environment's pod and service ranges.
 const (
@@ -43,8 +59,9 @@ const (
 // servingLine is the CCM's log line that names its health address.
 var servingLine = regexp.MustCompile(`"Serving health and metrics" address="(https://[^"]+)"`)
 
-// startCCM writes the provider's cloud config and runs `portside ccm` with
-// all its controllers as a child, then waits for its /readyz.
+// startCCM writes the provider's cloud config and runs env.ccmReplicas
+// `portside ccm` children with all their controllers, each supervised, and
+// waits for each one's /readyz (a standby is ready too).
 func startCCM(ctx context.Context, s *stack, env *environment) error {
 	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), "token"))
 	if err := os.WriteFile(env.cloudConfig(), []byte(cfg), 0o600); err != nil {
@@ -54,15 +71,30 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(env.logs(), "ccm.log")
+	for i := 1; i <= env.ccmReplicas; i++ {
+		if err := startCCMReplica(ctx, s, env, exe, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string, i int) error {
+	name, logPath := "ccm", filepath.Join(env.logs(), "ccm.log")
+	if env.ccmReplicas > 1 {
+		name = ccmIdentity(i)
+		if i > 1 {
+			logPath = filepath.Join(env.logs(), name+".log")
+		}
+	}
 	// The log is appended to across runs; only this run's lines count.
 	var offset int64
 	if st, err := os.Stat(logPath); err == nil {
 		offset = st.Size()
 	}
-	s.p.step("ccm", "starting the cloud controller manager (log %s)", logPath)
+	s.p.step("ccm", "starting the cloud controller manager %s(log %s)", map[bool]string{true: name + " ", false: ""}[env.ccmReplicas > 1], logPath)
 	run := func() (*proc.Process, error) {
-		return proc.Start("ccm", exe, ccmArgs(env.kubeconfig(), env.cloudConfig()), nil, logPath)
+		return proc.Start(name, exe, ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), nil, logPath)
 	}
 	p, err := run()
 	if err != nil {
@@ -74,10 +106,14 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 		return processError(err, p)
 	}
 	// From here a CCM that dies is restarted, as a kubelet would.
-	sv := supervise(s.p, "ccm", "ccm", p, 10*time.Second, run)
+	sv := supervise(s.p, "ccm", name, p, 10*time.Second, run)
 	s.pushSupervised(sv)
-	env.ccm = sv
-	s.p.step("ccm", "ready, all controllers running (pid %d; health and metrics at %s)", p.PID(), addr)
+	env.ccm = append(env.ccm, sv)
+	if env.ccmReplicas == 1 {
+		s.p.step("ccm", "ready, all controllers running (pid %d; health and metrics at %s)", p.PID(), addr)
+	} else {
+		s.p.step("ccm", "%s ready (pid %d; health and metrics at %s); the leader runs the controllers", name, p.PID(), addr)
+	}
 	return nil
 }
 

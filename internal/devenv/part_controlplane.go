@@ -25,7 +25,9 @@ type environment struct {
 	vipPool       netip.Prefix
 
 	nodes []nodeInfo
-	ccm   *supervisor
+	// ccm are the supervised CCM replicas; ccmReplicas how many to run.
+	ccm         []*supervisor
+	ccmReplicas int
 }
 
 // startControlPlane starts etcd and kube-apiserver from `make tools`, with

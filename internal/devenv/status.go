@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,9 @@ type Report struct {
 	Cloud         string       `json:"cloud"`
 	Nodes         []NodeStatus `json:"nodes"`
 	LoadBalancers []LBStatus   `json:"loadBalancers"`
+	// CCMLeader is the replica holding the CCM's leader Lease (with
+	// --ccm-replicas above 1), e.g. ccm-2; empty without leader election.
+	CCMLeader string `json:"ccmLeader,omitempty"`
 }
 
 // NodeStatus is one Node as the CCM left it.
@@ -87,6 +91,7 @@ func Status(ctx context.Context, dataDir string) (*Report, error) {
 	if rep.Nodes, err = nodeStatuses(ctx, kc); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", rep.APIServer, err)
 	}
+	rep.CCMLeader = ccmLeader(ctx, kc, time.Now())
 	cc, endpoint, err := cloudClient(l.cloud())
 	if err != nil {
 		return nil, err
@@ -227,4 +232,18 @@ func splitNumber(s string) (string, int) {
 	}
 	n, _ := strconv.Atoi(s[i:])
 	return s[:i], n
+}
+
+// ccmLeader reads the CCM's leader Lease: the replica holding it, if the
+// Lease is current (a Lease left by an earlier run with replicas is not).
+func ccmLeader(ctx context.Context, kc kubernetes.Interface, now time.Time) string {
+	l, err := kc.CoordinationV1().Leases("kube-system").Get(ctx, "cloud-controller-manager", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return ""
+	}
+	if now.After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)) {
+		return ""
+	}
+	replica, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return replica
 }

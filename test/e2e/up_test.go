@@ -370,3 +370,78 @@ func upClient(t *testing.T, data string) kubernetes.Interface {
 	}
 	return client
 }
+
+// TestUpCCMReplicas: `up --ccm-replicas 2` runs two CCMs that elect a
+// leader; `portside status` names it; after `kill -9` of the leader another
+// process leads within the lease duration + 2 s, and the dead one is
+// restarted.
+func TestUpCCMReplicas(t *testing.T) {
+	bin, root := buildPortside(t)
+	data := filepath.Join(t.TempDir(), "up")
+	up := exec.Command(bin, "up", "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
+	up.Dir = root
+	var out syncBuffer
+	up.Stdout, up.Stderr = &out, &out
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- up.Wait() }()
+	defer func() {
+		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = up.Process.Kill()
+		}
+		assertNoProcessesUsing(t, data)
+	}()
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(out.String(), "press Ctrl-C") {
+		select {
+		case err := <-done:
+			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
+		case <-deadline:
+			t.Fatalf("portside up not ready:\n%s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	leader := func() string {
+		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
+		var rep devenv.Report
+		if err != nil || json.Unmarshal(js, &rep) != nil {
+			return ""
+		}
+		return rep.CCMLeader
+	}
+	var first string
+	waitUntil(t, 30*time.Second, "a CCM leader in portside status", func() bool { first = leader(); return first != "" })
+	m := regexp.MustCompile(regexp.QuoteMeta(first) + ` ready \(pid (\d+);`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no pid for leader %s in the output:\n%s", first, out.String())
+	}
+	var pid int
+	if _, err := fmt.Sscan(m[1], &pid); err != nil {
+		t.Fatal(err)
+	}
+	identity := func() string {
+		l, err := upClient(t, data).CoordinationV1().Leases("kube-system").Get(context.Background(), "cloud-controller-manager", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	killed := identity()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	waitUntil(t, devenv.CCMLeaseDuration+2*time.Second, "another CCM process to lead", func() bool {
+		id := identity()
+		return id != "" && id != killed
+	})
+	t.Logf("leader %s (%s) killed; %s (%s) leads after %v", first, killed, leader(), identity(), time.Since(began).Round(100*time.Millisecond))
+	waitUntil(t, 30*time.Second, "the killed CCM restarted", func() bool {
+		return strings.Contains(out.String(), fmt.Sprintf("%s restarted (pid", first))
+	})
+}
