@@ -28,7 +28,7 @@ build: ## Build the portside binary into _output/bin
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (once)
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (once)
 	@hack/tools/build.sh
 
 .PHONY: test

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (kube-apiserver,
-# kube-controller-manager, kubectl, etcd) from Go module sources into
+# kube-controller-manager, kube-scheduler, kubectl, etcd) from Go module sources into
 # _output/tools/<versions>/bin. A quick no-op when they are already built
 # from the same pins.
 set -euo pipefail
@@ -10,7 +10,7 @@ root=$(cd "$here/../.." && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 out="$root/_output/tools/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}/bin"
-bins=(kube-apiserver kube-controller-manager kubectl etcd)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
 
 # The stamp is a hash of everything that decides the binaries' content.
 stamp=$(cat "$here/versions.env" "$here/build.sh" "$here/go.mod" "$here/go.sum" \
@@ -67,9 +67,9 @@ kube_ldflags="-s -w \
 
 run_step "etcd ${ETCD_VERSION}" "about 1 min cold" \
   bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$tmp/etcd' ."
-run_step "kube-apiserver, kube-controller-manager, kubectl ${KUBE_VERSION}" "10-15 min cold on 2 cores" \
+run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ${KUBE_VERSION}" "10-15 min cold on 2 cores" \
   bash -c "cd '$here' && go build -trimpath -ldflags '$kube_ldflags' -o '$tmp/' \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl"
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
 
 got=$("$tmp/kube-apiserver" --version)
 [ "$got" = "Kubernetes ${KUBE_VERSION}" ] || { echo "tools: kube-apiserver --version says '$got', want 'Kubernetes ${KUBE_VERSION}'" >&2; exit 1; }

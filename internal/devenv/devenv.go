@@ -114,6 +114,7 @@ func start(ctx context.Context, s *stack, l layout, nodes, ccmReplicas int) (*en
 		{"control plane", startControlPlane},
 		{"local cloud", startCloud},
 		{"kube-controller-manager", startKCM},
+		{"kube-scheduler", startScheduler},
 		{"nodes", startNodes(nodes)},
 		{"ccm", startCCM},
 		{"nodes", waitNodesInitialized},

@@ -71,6 +71,7 @@ func startNodes(n int) func(context.Context, *stack, *environment) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { proxy.Run(runCtx) })
 		wg.Go(func() { sim.Heartbeat(runCtx, heartbeatInterval) })
+		wg.Go(func() { sim.RunPods(runCtx) })
 		s.push("simulated nodes and kube-proxy stand-ins", func() { cancel(); wg.Wait() }, nil)
 		first, last := env.nodes[0], env.nodes[len(env.nodes)-1]
 		s.p.step("nodes", "%d registered like kubelets with --cloud-provider=external (%d new, %d from an earlier run); kube-proxy stand-ins on %s (%s) … %s (%s)",

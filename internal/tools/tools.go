@@ -19,6 +19,7 @@ const (
 	Etcd                  = "etcd"
 	KubeAPIServer         = "kube-apiserver"
 	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
 	Kubectl               = "kubectl"
 )
 

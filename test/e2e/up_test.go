@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -172,6 +175,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	}
 
 	deleteNamespaceWithLoadBalancers(t, bin, data)
+	deploymentPodsRun(t, data)
 	ccmKilledIsRestarted(t, &out, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
@@ -444,4 +448,82 @@ func TestUpCCMReplicas(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the killed CCM restarted", func() bool {
 		return strings.Contains(out.String(), fmt.Sprintf("%s restarted (pid", first))
 	})
+}
+
+// deploymentPodsRun: on a running `up`, kube-scheduler places a
+// Deployment's 3 pods on the simulated nodes, which run them (Running and
+// Ready, with an IP of their node's pod CIDR), so the Service's
+// EndpointSlice has 3 ready endpoints; scaled to 1, the other pods are
+// deleted for good.
+func deploymentPodsRun(t *testing.T, data string) {
+	t.Helper()
+	ctx := context.Background()
+	client := upClient(t, data)
+	labels := map[string]string{"app": "web"}
+	replicas := int32(3)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "example.com/web:1"}}}}}}
+	if _, err := client.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = client.AppsV1().Deployments("default").Delete(context.Background(), "web", metav1.DeleteOptions{})
+		_ = client.CoreV1().Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{})
+	}()
+	running := func() []corev1.Pod {
+		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return nil
+		}
+		var out []corev1.Pod
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	waitUntil(t, 60*time.Second, "3 pods running", func() bool { return len(running()) == 3 })
+	for _, p := range running() {
+		n, err := client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		if err != nil || !cidr.Contains(netip.MustParseAddr(p.Status.PodIP)) {
+			t.Errorf("pod %s on %s has IP %s, outside the node's pod CIDR %q", p.Name, n.Name, p.Status.PodIP, n.Spec.PodCIDR)
+		}
+	}
+	readyEndpoints := func() int {
+		list, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	waitUntil(t, 30*time.Second, "3 ready endpoints in the Service's EndpointSlice", func() bool { return readyEndpoints() == 3 })
+	patch := []byte(`{"spec":{"replicas":1}}`)
+	if _, err := client.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "scaled to 1: the other pods gone", func() bool {
+		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		return err == nil && len(list.Items) == 1
+	})
+	waitUntil(t, 30*time.Second, "1 ready endpoint", func() bool { return readyEndpoints() == 1 })
 }
