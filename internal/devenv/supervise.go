@@ -72,26 +72,39 @@ func (sv *supervisor) run() {
 			sv.p.step(sv.part, "%s keeps crashing; last lines of %s:\n    %s", sv.what, cur.LogPath,
 				strings.ReplaceAll(strings.TrimSpace(cur.LogTail(8)), "\n", "\n    "))
 		}
-		select {
-		case <-sv.stopped:
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, restartBackoffMax)
-		next, err := sv.start()
-		if err != nil {
-			sv.p.step(sv.part, "%s restart failed: %v", sv.what, err)
-			continue // cur is still the dead one: its Done is closed, so the loop backs off again
-		}
-		sv.mu.Lock()
-		if sv.stopping {
-			sv.mu.Unlock()
-			next.Stop(sv.grace)
+		next, ok := sv.restart(&backoff)
+		if !ok {
 			return
 		}
 		sv.cur, started = next, time.Now()
 		sv.mu.Unlock()
 		sv.p.step(sv.part, "%s restarted (pid %d)", sv.what, next.PID())
+	}
+}
+
+// restart waits out the backoff and starts a new child, trying again with
+// a longer backoff while starting fails. It returns with sv.mu held and
+// ok, or ok=false when the supervisor was stopped meanwhile.
+func (sv *supervisor) restart(backoff *time.Duration) (*proc.Process, bool) {
+	for {
+		select {
+		case <-sv.stopped:
+			return nil, false
+		case <-time.After(*backoff):
+		}
+		*backoff = min(2**backoff, restartBackoffMax)
+		next, err := sv.start()
+		if err != nil {
+			sv.p.step(sv.part, "%s could not be restarted (%v); trying again in %s", sv.what, err, *backoff)
+			continue
+		}
+		sv.mu.Lock()
+		if sv.stopping {
+			sv.mu.Unlock()
+			next.Stop(sv.grace)
+			return nil, false
+		}
+		return next, true
 	}
 }
 
