@@ -123,28 +123,10 @@ func TestUpOnce(t *testing.T) {
 func TestUpStatusDownAndRerun(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up := exec.Command(bin, "up", "--data-dir", data)
-	up.Dir = root
-	var out syncBuffer
-	up.Stdout, up.Stderr = &out, &out
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
+	up, out, done := startUp(t, bin, root, "--data-dir", data)
 	defer func() {
 		_ = up.Process.Kill()
 	}()
-	deadline := time.After(2 * time.Minute)
-	for !strings.Contains(out.String(), "press Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("portside up not ready:\n%s", out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 	vip := regexp.MustCompile(`the ccm gave it VIP (\S+);`).FindStringSubmatch(out.String())
 	if vip == nil {
 		t.Fatalf("no VIP in the output:\n%s", out.String())
@@ -176,7 +158,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 
 	deleteNamespaceWithLoadBalancers(t, bin, data)
 	deploymentPodsRun(t, data)
-	ccmKilledIsRestarted(t, &out, data)
+	ccmKilledIsRestarted(t, out, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
@@ -382,15 +364,7 @@ func upClient(t *testing.T, data string) kubernetes.Interface {
 func TestUpCCMReplicas(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up := exec.Command(bin, "up", "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
-	up.Dir = root
-	var out syncBuffer
-	up.Stdout, up.Stderr = &out, &out
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
+	up, out, done := startUp(t, bin, root, "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
 	defer func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {
@@ -400,16 +374,6 @@ func TestUpCCMReplicas(t *testing.T) {
 		}
 		assertNoProcessesUsing(t, data)
 	}()
-	deadline := time.After(2 * time.Minute)
-	for !strings.Contains(out.String(), "press Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("portside up not ready:\n%s", out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 	leader := func() string {
 		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
 		var rep devenv.Report
@@ -526,4 +490,30 @@ func deploymentPodsRun(t *testing.T, data string) {
 		return err == nil && len(list.Items) == 1
 	})
 	waitUntil(t, 30*time.Second, "1 ready endpoint", func() bool { return readyEndpoints() == 1 })
+}
+
+// startUp runs `portside up` with args until it says it is ready.
+func startUp(t *testing.T, bin, root string, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
+	t.Helper()
+	up := exec.Command(bin, append([]string{"up"}, args...)...)
+	up.Dir = root
+	out := &syncBuffer{}
+	up.Stdout, up.Stderr = out, out
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- up.Wait() }()
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(out.String(), "press Ctrl-C") {
+		select {
+		case err := <-done:
+			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
+		case <-deadline:
+			_ = up.Process.Kill()
+			t.Fatalf("portside up not ready:\n%s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return up, out, done
 }
