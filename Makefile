@@ -6,7 +6,12 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-LDFLAGS   := -X github.com/portside-io/portside/internal/version.Version=$(VERSION) \
+# The pinned tool versions (KUBE_VERSION, ETCD_VERSION): the binary records
+# where this checkout's control-plane tools are, to run from any directory.
+include hack/tools/versions.env
+TOOLS_BIN := $(CURDIR)/_output/tools/kube-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)/bin
+LDFLAGS   := -X github.com/portside-io/portside/internal/tools.builtBinDir=$(TOOLS_BIN) \
+             -X github.com/portside-io/portside/internal/version.Version=$(VERSION) \
              -X github.com/portside-io/portside/internal/version.Commit=$(COMMIT) \
              -X github.com/portside-io/portside/internal/version.BuildDate=$(BUILDDATE)
 BIN       := _output/bin/portside

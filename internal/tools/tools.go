@@ -78,14 +78,22 @@ func ReadVersions(root string) (Versions, error) {
 	return v, sc.Err()
 }
 
+// builtBinDir is the tools directory of the checkout `make build` ran in
+// (set with -X), so the binary finds the control plane from any directory.
+var builtBinDir string
+
 // BinDir returns the directory holding the tool binaries: $PORTSIDE_TOOLS_BIN,
-// or _output/tools/<versions>/bin of the enclosing checkout.
+// _output/tools/<versions>/bin of the enclosing checkout, or that of the
+// checkout the binary was built in by `make build`.
 func BinDir() (string, error) {
 	if dir := os.Getenv(EnvBinDir); dir != "" {
 		return dir, nil
 	}
 	root, err := RepoRoot()
 	if err != nil {
+		if builtBinDir != "" {
+			return builtBinDir, nil
+		}
 		return "", err
 	}
 	v, err := ReadVersions(root)

@@ -1,0 +1,42 @@
+package tools
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBinDirOutsideACheckout: outside a checkout, a binary built by `make
+// build` finds the tools of the checkout it was built in; without that it
+// says what to do.
+func TestBinDirOutsideACheckout(t *testing.T) {
+	t.Setenv(EnvBinDir, "")
+	t.Chdir(t.TempDir())
+	saved := builtBinDir
+	t.Cleanup(func() { builtBinDir = saved })
+
+	builtBinDir = ""
+	if _, err := BinDir(); err == nil || !strings.Contains(err.Error(), EnvBinDir) {
+		t.Errorf("outside a checkout, no recorded dir: err %v, want one naming %s", err, EnvBinDir)
+	}
+	builtBinDir = "/checkout/_output/tools/x/bin"
+	if got, err := BinDir(); err != nil || got != builtBinDir {
+		t.Errorf("outside a checkout: %q %v, want the recorded %q", got, err, builtBinDir)
+	}
+	t.Setenv(EnvBinDir, "/explicit")
+	if got, _ := BinDir(); got != "/explicit" {
+		t.Errorf("%s is not first: %q", EnvBinDir, got)
+	}
+}
+
+// TestBinDirInsideACheckout: the enclosing checkout wins over the recorded dir.
+func TestBinDirInsideACheckout(t *testing.T) {
+	t.Setenv(EnvBinDir, "")
+	saved := builtBinDir
+	t.Cleanup(func() { builtBinDir = saved })
+	builtBinDir = "/elsewhere"
+	got, err := BinDir()
+	if err != nil || !strings.HasSuffix(filepath.ToSlash(got), "/bin") || got == builtBinDir {
+		t.Errorf("inside the checkout: %q %v", got, err)
+	}
+}
