@@ -51,8 +51,6 @@ func waitNodesInitialized(ctx context.Context, s *stack, env *environment) error
 			lastReport = time.Now()
 		}
 		select {
-		case <-env.ccm[0].current().Done():
-			return fmt.Errorf("the ccm exited while initializing nodes (%v); see %s", env.ccm[0].current().ExitErr(), env.ccm[0].current().LogPath)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):

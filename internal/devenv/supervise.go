@@ -62,6 +62,9 @@ func (sv *supervisor) run() {
 			return
 		case <-cur.Done():
 		}
+		// Reap what is left of its process group now, while the group ID
+		// is surely still its own: a later stop must not signal a reused ID.
+		cur.Stop(0)
 		if time.Since(started) > restartResetUptime {
 			backoff, inARow = restartBackoffMin, 0
 		}

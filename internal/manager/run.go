@@ -205,8 +205,6 @@ func elect(ctx context.Context, o *Options, client kubernetes.Interface, h *heal
 	}
 }
 
-// startControllers starts the informers and every enabled controller, and
-// marks the manager ready when the caches are synced.
 // clusterUID reads the UID of namespace kube-system, the cluster's identity
 // for cloud tags (the name may be shared by clusters). It retries briefly;
 // without it, orphan collection stays off rather than guess.
@@ -224,6 +222,8 @@ func clusterUID(ctx context.Context, client kubernetes.Interface) types.UID {
 	return uid
 }
 
+// startControllers starts the informers and every enabled controller, and
+// marks the manager ready when the caches are synced.
 func startControllers(ctx context.Context, o *Options, enabled []Controller, provider cloud.Provider,
 	cs clients, reg prometheus.Registerer, h *health) error {
 	logger := klog.FromContext(ctx)

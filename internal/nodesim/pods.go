@@ -89,7 +89,7 @@ func (s *Simulator) RunPods(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, nodes.Informer().HasSynced) {
 		return
 	}
-	r := &podRunner{sim: s, pods: pods.Lister(), nodes: nodes.Lister()}
+	r := &podRunner{sim: s, pods: pods.Lister(), nodes: nodes.Lister(), given: map[types.UID]netip.Addr{}}
 	go func() { <-ctx.Done(); q.ShutDown() }()
 	for {
 		key, quit := q.Get()
@@ -121,6 +121,9 @@ type podRunner struct {
 	sim   *Simulator
 	pods  corelisters.PodLister
 	nodes corelisters.NodeLister
+	// given are the IPs handed out, by pod UID: the informer cache lags the
+	// patches, and the next pod on the node must not get the same IP.
+	given map[types.UID]netip.Addr
 }
 
 func (r *podRunner) mine(node string) bool {
@@ -140,6 +143,7 @@ func (r *podRunner) sync(ctx context.Context, key string) error {
 	}
 	switch DecidePod(pod, pod.Spec.NodeName != "" && r.mine(pod.Spec.NodeName)) {
 	case PodFinishDeletion:
+		delete(r.given, pod.UID)
 		err := r.sim.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
@@ -165,6 +169,9 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) error {
 			break
 		}
 	}
+	if hostIP == "" {
+		return fmt.Errorf("node %s has no InternalIP yet", node.Name)
+	}
 	ip := hostIP
 	if !pod.Spec.HostNetwork {
 		cidr, err := netip.ParsePrefix(node.Spec.PodCIDR)
@@ -173,14 +180,23 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) error {
 		}
 		used := map[netip.Addr]bool{}
 		for _, p := range podsOn(r.pods, node.Name) {
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && p.UID != pod.UID {
+			if p.UID == pod.UID {
+				continue
+			}
+			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+				used[a] = true
+			}
+			if a, ok := r.given[p.UID]; ok {
 				used[a] = true
 			}
 		}
-		a, err := PodIP(cidr, used)
-		if err != nil {
-			return err
+		a, ok := r.given[pod.UID]
+		if !ok || !cidr.Contains(a) {
+			if a, err = PodIP(cidr, used); err != nil {
+				return err
+			}
 		}
+		r.given[pod.UID] = a
 		ip = a.String()
 	}
 	now := metav1.Now()

@@ -455,7 +455,12 @@ func deploymentPodsRun(t *testing.T, data string) {
 		return out
 	}
 	waitUntil(t, 60*time.Second, "3 pods running", func() bool { return len(running()) == 3 })
+	ips := map[string]string{}
 	for _, p := range running() {
+		if other, dup := ips[p.Status.PodIP]; dup {
+			t.Errorf("pods %s and %s share IP %s", other, p.Name, p.Status.PodIP)
+		}
+		ips[p.Status.PodIP] = p.Name
 		n, err := client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -106,17 +107,7 @@ func answering(vip string, port int32, n int) map[string]int {
 // eventually retries cond for up to timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func TestLoadBalancerServiceServesTrafficAndFollowsNodes(t *testing.T) {
