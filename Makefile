@@ -29,8 +29,11 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
+# -trimpath as in hack/tools/build.sh: with the same flags and the same
+# module versions (hack/check-shared-deps.sh), the first build reuses the
+# packages the tools build compiled.
 build: ## Build the portside binary into _output/bin
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
 
 .PHONY: tools
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (once)
@@ -49,10 +52,11 @@ bench: tools ## Run the benchmarks
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=1 -timeout 150m ./...
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck (pinned)
+lint: ## gofmt, go vet, staticcheck (pinned), shared module versions with hack/tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@hack/check-shared-deps.sh
 
 .PHONY: clean
 clean: ## Remove build output (keeps the built tools)

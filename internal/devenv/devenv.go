@@ -83,7 +83,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 
 	env, part, err := start(ctx, s, l, opts.Nodes, opts.CCMReplicas)
 	if err == nil {
-		part, err = "demo", demo(ctx, p, env)
+		part, err = "demo", demo(ctx, p, env, opts.Once)
 	}
 	if err != nil {
 		p.step("failed", "%s did not start; stopping everything started so far", part)
@@ -97,8 +97,12 @@ func Up(ctx context.Context, opts Options) (err error) {
 	p.step("ready", "press Ctrl-C or run `portside down` to stop")
 	select {
 	case <-ctx.Done():
-	case part := <-s.exited():
-		return fmt.Errorf("%s exited unexpectedly; see its log in %s", part, l.logs())
+	case <-s.exited():
+		// Only the control plane is fatal: the other parts are supervised,
+		// and restarting an apiserver or etcd behind the user's back would
+		// hide what killed it.
+		return fmt.Errorf("%s: the control plane is not restarted, so the environment stops (its state is kept: run `%s up` again); logs in %s",
+			env.controlPlaneExit(), selfName(), filepath.Join(l.controlPlane(), "logs"))
 	}
 	return nil
 }

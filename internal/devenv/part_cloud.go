@@ -68,10 +68,16 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	// one must not be mistaken for ready because of it.
 	_ = os.Remove(endpointFile)
 	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, net.NodePool)
-	p, err := proc.Start("local cloud", exe, []string{"cloud", "serve",
-		"--data-dir=" + env.cloud(), "--listen=127.0.0.1:0",
-		"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
-	}, nil, filepath.Join(env.logs(), "cloud.log"))
+	args := func(listen string) []string {
+		return []string{"cloud", "serve",
+			"--data-dir=" + env.cloud(), "--listen=" + listen,
+			"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
+			// Health checks twice a second: traffic follows pods within ~1 s.
+			"--health-interval=500ms",
+		}
+	}
+	logPath := filepath.Join(env.logs(), "cloud.log")
+	p, err := proc.Start("local cloud", exe, args("127.0.0.1:0"), nil, logPath)
 	if err != nil {
 		return err
 	}
@@ -89,6 +95,23 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return processError(err, p)
 	}
+	// A restarted cloud serves on the same address, which the CCM's cloud
+	// config names, and restores its load balancers from its state.
+	listen := strings.TrimPrefix(endpoint, "http://")
+	restart := func() (*proc.Process, error) {
+		_ = os.Remove(endpointFile)
+		next, err := proc.Start("local cloud", exe, args(listen), nil, logPath)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := waitFile(context.WithoutCancel(ctx), next, endpointFile, 30*time.Second); err != nil {
+			next.Stop(10 * time.Second)
+			return nil, processError(err, next)
+		}
+		return next, nil
+	}
+	s.pop() // from here on it is supervised
+	s.pushSupervised(supervise(s.p, "local cloud", "local cloud", p, 10*time.Second, restart))
 	s.p.step("local cloud", "serving at %s (pid %d; region %s, zones %s)", endpoint, p.PID(), regions[0].Name, strings.Join(regions[0].Zones, ", "))
 	return nil
 }

@@ -28,6 +28,8 @@ type environment struct {
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.
 	ccm         []*supervisor
 	ccmReplicas int
+	// controlPlaneExit names which of etcd and kube-apiserver died.
+	controlPlaneExit func() string
 }
 
 // startControlPlane starts etcd and kube-apiserver from `make tools`, with
@@ -43,7 +45,11 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		return err
 	}
 	pids := cp.PIDs()
-	s.push(fmt.Sprintf("kube-apiserver (pid %d) and etcd (pid %d)", pids["kube-apiserver"], pids["etcd"]), cp.Stop, nil)
+	// Their death ends the environment (stack.exited), unlike the
+	// supervised parts: see Up.
+	exited, which := cp.Exited()
+	s.push(fmt.Sprintf("kube-apiserver (pid %d) and etcd (pid %d)", pids["kube-apiserver"], pids["etcd"]), cp.Stop, exited)
+	env.controlPlaneExit = which
 	env.restConfig = cp.RESTConfig()
 	env.client, err = kubernetes.NewForConfig(env.restConfig)
 	if err != nil {

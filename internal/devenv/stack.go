@@ -34,6 +34,9 @@ func (s *stack) pushProcess(part string, p *proc.Process, grace time.Duration) {
 	s.push(fmt.Sprintf("%s (pid %d)", part, p.PID()), func() { p.Stop(grace) }, p.Done())
 }
 
+// pop forgets the last part without stopping it (someone else will).
+func (s *stack) pop() { s.parts = s.parts[:len(s.parts)-1] }
+
 func (s *stack) stopAll() {
 	for i := len(s.parts) - 1; i >= 0; i-- {
 		what := s.parts[i].what

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,4 +40,22 @@ func TestBinDirInsideACheckout(t *testing.T) {
 	if err != nil || !strings.HasSuffix(filepath.ToSlash(got), "/bin") || got == builtBinDir {
 		t.Errorf("inside the checkout: %q %v", got, err)
 	}
+}
+
+// TestSharedModuleVersions: portside and the control-plane tools compile
+// their shared modules at the same versions, so a fresh machine's first
+// `make build` reuses what `make tools` compiled (hack/check-shared-deps.sh).
+func TestSharedModuleVersions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lists both modules' dependencies; skipped with -short")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(root, "hack", "check-shared-deps.sh")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(string(out)))
 }

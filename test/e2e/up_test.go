@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,8 +160,9 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	}
 
 	deleteNamespaceWithLoadBalancers(t, bin, data)
-	deploymentPodsRun(t, data)
+	deploymentPodsRun(t, bin, data)
 	ccmKilledIsRestarted(t, out, data)
+	cloudKilledIsRestarted(t, out, vip[1])
 
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
@@ -343,6 +347,36 @@ func ccmKilledIsRestarted(t *testing.T, out *syncBuffer, data string) {
 	_ = client.CoreV1().Services("default").Delete(ctx, "after-crash", metav1.DeleteOptions{})
 }
 
+// cloudKilledIsRestarted: `kill -9` of the local cloud → `up` restarts it
+// on the same address, and the demo's VIP serves again (the cloud restores
+// its load balancers from its state).
+func cloudKilledIsRestarted(t *testing.T, out *syncBuffer, vip string) {
+	t.Helper()
+	m := regexp.MustCompile(`local cloud\s+serving at \S+ \(pid (\d+);`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no local cloud pid in the output:\n%s", out.String())
+	}
+	var pid int
+	if _, err := fmt.Sscan(m[1], &pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+	waitUntil(t, 30*time.Second, "the local cloud restarted", func() bool {
+		return regexp.MustCompile(`local cloud\s+local cloud restarted \(pid \d+\)`).MatchString(out.String())
+	})
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	waitUntil(t, 30*time.Second, "the demo VIP answering after the cloud's restart", func() bool {
+		resp, err := hc.Get("http://" + net.JoinHostPort(vip, "8080") + "/")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Pod") != ""
+	})
+}
+
 // upClient is an admin client of a running `up`'s cluster.
 func upClient(t *testing.T, data string) kubernetes.Interface {
 	t.Helper()
@@ -417,9 +451,12 @@ func TestUpCCMReplicas(t *testing.T) {
 // deploymentPodsRun: on a running `up`, kube-scheduler places a
 // Deployment's 3 pods on the simulated nodes, which run them (Running and
 // Ready, with an IP of their node's pod CIDR), so the Service's
-// EndpointSlice has 3 ready endpoints; scaled to 1, the other pods are
-// deleted for good.
-func deploymentPodsRun(t *testing.T, data string) {
+// EndpointSlice has 3 ready endpoints; the Service is a LoadBalancer with
+// externalTrafficPolicy Local, so the load balancer's healthy backends are
+// exactly the nodes with its pods (the kube-proxy stand-ins answer the
+// health-check node port from EndpointSlices). Scaled to 1, the other
+// pods are deleted for good and the healthy backends follow.
+func deploymentPodsRun(t *testing.T, bin, data string) {
 	t.Helper()
 	ctx := context.Background()
 	client := upClient(t, data)
@@ -433,7 +470,8 @@ func deploymentPodsRun(t *testing.T, data string) {
 		t.Fatal(err)
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+		Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -486,6 +524,7 @@ func deploymentPodsRun(t *testing.T, data string) {
 		return n
 	}
 	waitUntil(t, 30*time.Second, "3 ready endpoints in the Service's EndpointSlice", func() bool { return readyEndpoints() == 3 })
+	backendsFollowPods(t, bin, data, running)
 	patch := []byte(`{"spec":{"replicas":1}}`)
 	if _, err := client.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -495,6 +534,50 @@ func deploymentPodsRun(t *testing.T, data string) {
 		return err == nil && len(list.Items) == 1
 	})
 	waitUntil(t, 30*time.Second, "1 ready endpoint", func() bool { return readyEndpoints() == 1 })
+	backendsFollowPods(t, bin, data, running)
+}
+
+// backendsFollowPods waits until the healthy backends of default/web's load
+// balancer, as `portside status` shows them, are the nodes of its pods.
+func backendsFollowPods(t *testing.T, bin, data string, running func() []corev1.Pod) {
+	t.Helper()
+	var last string
+	healthy := func() []string {
+		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
+		var rep devenv.Report
+		if err != nil || json.Unmarshal(js, &rep) != nil {
+			return nil
+		}
+		var nodes []string
+		for _, lb := range rep.LoadBalancers {
+			if lb.Service != "default/web" {
+				continue
+			}
+			for _, b := range lb.Backends {
+				if b.Healthy && !b.LastChecked.IsZero() {
+					nodes = append(nodes, b.Name)
+				}
+			}
+		}
+		slices.Sort(nodes)
+		return nodes
+	}
+	withPods := func() []string {
+		var nodes []string
+		for _, p := range running() {
+			if !slices.Contains(nodes, p.Spec.NodeName) {
+				nodes = append(nodes, p.Spec.NodeName)
+			}
+		}
+		slices.Sort(nodes)
+		return nodes
+	}
+	waitUntil(t, 30*time.Second, "healthy backends = nodes with pods", func() bool {
+		h, w := healthy(), withPods()
+		last = fmt.Sprintf("healthy %v, nodes with pods %v", h, w)
+		return len(w) > 0 && slices.Equal(h, w)
+	})
+	t.Logf("load balancer of default/web: %s", last)
 }
 
 // startUp runs `portside up` with args until it says it is ready.

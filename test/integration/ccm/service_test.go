@@ -12,10 +12,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/testenv"
@@ -62,6 +64,30 @@ func (f *fixture) createSvc(t *testing.T, svc *corev1.Service) *corev1.Service {
 		t.Fatal(err)
 	}
 	return created
+}
+
+// endpoints publishes an EndpointSlice for Service name with a ready pod
+// on each of nodes (KCM does not run here): the kube-proxy stand-ins serve
+// from EndpointSlices, as kube-proxy does.
+func (f *fixture) endpoints(t *testing.T, name string, nodes ...string) {
+	t.Helper()
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-test",
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "portside-test"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+	}
+	for i, node := range nodes {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.99.0.%d", i+1)}, NodeName: ptr.To(node),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: fmt.Sprintf("%s-%d", name, i)}})
+	}
+	if _, err := f.client.DiscoveryV1().EndpointSlices("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.client.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), s.Name, metav1.DeleteOptions{})
+	})
 }
 
 func (f *fixture) waitSvc(t *testing.T, name string, timeout time.Duration, what string, cond func(*corev1.Service) bool) *corev1.Service {
@@ -115,6 +141,7 @@ func TestLoadBalancerServiceServesTrafficAndFollowsNodes(t *testing.T) {
 	f.node(t, "svc-a")
 	f.node(t, "svc-b")
 	f.createSvc(t, lbSvc("web", nil))
+	f.endpoints(t, "web", "svc-a") // Cluster policy: every node forwards to it
 	svc := f.waitSvc(t, "web", 20*time.Second, "ingress", hasIngress)
 	ing := svc.Status.LoadBalancer.Ingress[0]
 	if !f.cloud.VIPPool.Contains(netip.MustParseAddr(ing.IP)) || ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeVIP {
@@ -183,8 +210,8 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 	f.node(t, "etp-b")
 	f.createSvc(t, lbSvc("local", func(s *corev1.Service) {
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		s.Annotations = map[string]string{nodesim.AnnotationEndpointsOn: "etp-b"}
 	}))
+	f.endpoints(t, "local", "etp-b")
 	svc := f.waitSvc(t, "local", 20*time.Second, "ingress", hasIngress)
 	if svc.Spec.HealthCheckNodePort == 0 {
 		t.Fatal("no healthCheckNodePort allocated")
