@@ -18,7 +18,7 @@ import (
 // whose cloud controllers are Portside's: --cloud-provider=external, each
 // controller with its own ServiceAccount, ServiceAccount tokens signed with
 // the control plane's key, no serving port (nothing scrapes it here) and no
-// leader election (one replica). Node IPAM stays off: the CCM's gives the
+// leader election (one replica), a higher client rate. Node IPAM stays off: the CCM's gives the
 // pod CIDRs.
 func kcmArgs(kubeconfig, pki string) []string {
 	return []string{
@@ -31,6 +31,9 @@ func kcmArgs(kubeconfig, pki string) []string {
 		"--root-ca-file=" + filepath.Join(pki, "ca.crt"),
 		"--allocate-node-cidrs=false",
 		"--service-cluster-ip-range=" + ServiceCIDR,
+		// The user's own load is all this apiserver serves: a Deployment of
+		// 1,000 pods should not wait on the default 20 requests/s.
+		"--kube-api-qps=200", "--kube-api-burst=400",
 	}
 }
 

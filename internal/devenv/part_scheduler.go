@@ -13,7 +13,7 @@ import (
 // and nodes by the topology labels the CCM sets), no serving port and no
 // leader election (one replica).
 func schedulerArgs(kubeconfig string) []string {
-	return []string{"--kubeconfig=" + kubeconfig, "--secure-port=0", "--leader-elect=false"}
+	return []string{"--kubeconfig=" + kubeconfig, "--secure-port=0", "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400"}
 }
 
 // startScheduler runs kube-scheduler from `make tools`, supervised, so pods

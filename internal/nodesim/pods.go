@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -75,11 +75,15 @@ func (s *Simulator) RunPods(ctx context.Context) {
 			q.Add(key)
 		}
 	}
+	if err := pods.Informer().AddIndexers(cache.Indexers{byNode: indexByNode}); err != nil {
+		klog.FromContext(ctx).Error(err, "Simulated kubelets cannot index pods")
+		return
+	}
 	_, _ = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }})
 	// A node that gets its pod CIDR lets its waiting pods start.
 	_, _ = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
 		if o, n := old.(*corev1.Node), cur.(*corev1.Node); o.Spec.PodCIDR == "" && n.Spec.PodCIDR != "" {
-			for _, p := range podsOn(pods.Lister(), n.Name) {
+			for _, p := range podsOn(pods.Informer().GetIndexer(), n.Name) {
 				enqueue(p)
 			}
 		}
@@ -89,28 +93,49 @@ func (s *Simulator) RunPods(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, nodes.Informer().HasSynced) {
 		return
 	}
-	r := &podRunner{sim: s, pods: pods.Lister(), nodes: nodes.Lister(), given: map[types.UID]netip.Addr{}}
+	r := &podRunner{sim: s, pods: pods.Lister(), byNode: pods.Informer().GetIndexer(), nodes: nodes.Lister(), given: map[types.UID]netip.Addr{}}
 	go func() { <-ctx.Done(); q.ShutDown() }()
-	for {
-		key, quit := q.Get()
-		if quit {
-			return
-		}
-		if err := r.sync(ctx, key); err != nil {
-			klog.FromContext(ctx).V(2).Info("Simulated kubelet retries a pod", "pod", key, "err", err)
-			q.AddRateLimited(key)
-		} else {
-			q.Forget(key)
-		}
-		q.Done(key)
+	// Several workers, as many kubelets report at once: one write at a
+	// time would make a 1,000-pod Deployment wait on round trips.
+	var wg sync.WaitGroup
+	for range podWorkers {
+		wg.Go(func() {
+			for {
+				key, quit := q.Get()
+				if quit {
+					return
+				}
+				if err := r.sync(ctx, key); err != nil {
+					klog.FromContext(ctx).V(2).Info("Simulated kubelet retries a pod", "pod", key, "err", err)
+					q.AddRateLimited(key)
+				} else {
+					q.Forget(key)
+				}
+				q.Done(key)
+			}
+		})
 	}
+	wg.Wait()
 }
 
-func podsOn(l corelisters.PodLister, node string) []*corev1.Pod {
-	all, _ := l.List(labels.Everything())
-	var out []*corev1.Pod
-	for _, p := range all {
-		if p.Spec.NodeName == node {
+// podWorkers pods are started or deleted at once.
+const podWorkers = 8
+
+const byNode = "nodeName"
+
+// indexByNode indexes pods by spec.nodeName, for podsOn.
+func indexByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+func podsOn(idx cache.Indexer, node string) []*corev1.Pod {
+	objs, _ := idx.ByIndex(byNode, node)
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
 			out = append(out, p)
 		}
 	}
@@ -118,11 +143,14 @@ func podsOn(l corelisters.PodLister, node string) []*corev1.Pod {
 }
 
 type podRunner struct {
-	sim   *Simulator
-	pods  corelisters.PodLister
-	nodes corelisters.NodeLister
+	sim    *Simulator
+	pods   corelisters.PodLister
+	byNode cache.Indexer
+	nodes  corelisters.NodeLister
 	// given are the IPs handed out, by pod UID: the informer cache lags the
 	// patches, and the next pod on the node must not get the same IP.
+	// mu guards it: workers run in parallel.
+	mu    sync.Mutex
 	given map[types.UID]netip.Addr
 }
 
@@ -143,7 +171,9 @@ func (r *podRunner) sync(ctx context.Context, key string) error {
 	}
 	switch DecidePod(pod, pod.Spec.NodeName != "" && r.mine(pod.Spec.NodeName)) {
 	case PodFinishDeletion:
+		r.mu.Lock()
 		delete(r.given, pod.UID)
+		r.mu.Unlock()
 		err := r.sim.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
@@ -178,25 +208,10 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			return fmt.Errorf("node %s has no pod CIDR yet", node.Name)
 		}
-		used := map[netip.Addr]bool{}
-		for _, p := range podsOn(r.pods, node.Name) {
-			if p.UID == pod.UID {
-				continue
-			}
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-				used[a] = true
-			}
-			if a, ok := r.given[p.UID]; ok {
-				used[a] = true
-			}
+		a, err := r.allocate(pod, node.Name, cidr)
+		if err != nil {
+			return err
 		}
-		a, ok := r.given[pod.UID]
-		if !ok || !cidr.Contains(a) {
-			if a, err = PodIP(cidr, used); err != nil {
-				return err
-			}
-		}
-		r.given[pod.UID] = a
 		ip = a.String()
 	}
 	now := metav1.Now()
@@ -220,6 +235,36 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	return err
+}
+
+// allocate picks the pod's IP in cidr (the same one again if it has one):
+// not used by another pod on the node, nor handed out to one whose status
+// the cache does not show yet. Kept until the pod is deleted, so a failed
+// status write never lets another pod take it.
+func (r *podRunner) allocate(pod *corev1.Pod, node string, cidr netip.Prefix) (netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	used := map[netip.Addr]bool{}
+	for _, p := range podsOn(r.byNode, node) {
+		if p.UID == pod.UID {
+			continue
+		}
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			used[a] = true
+		}
+		if a, ok := r.given[p.UID]; ok {
+			used[a] = true
+		}
+	}
+	a, ok := r.given[pod.UID]
+	if !ok || !cidr.Contains(a) {
+		var err error
+		if a, err = PodIP(cidr, used); err != nil {
+			return netip.Addr{}, err
+		}
+	}
+	r.given[pod.UID] = a
+	return a, nil
 }
 
 func ptrTrue() *bool { return ptr.To(true) }

@@ -33,7 +33,7 @@ import (
 )
 
 // buildPortside compiles the binary once per test into a temp dir.
-func buildPortside(t *testing.T) (bin, root string) {
+func buildPortside(t testing.TB) (bin, root string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a real control plane; skipped with -short")
@@ -68,7 +68,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func assertNoProcessesUsing(t *testing.T, dir string) {
+func assertNoProcessesUsing(t testing.TB, dir string) {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -301,7 +301,7 @@ func deleteNamespaceWithLoadBalancers(t *testing.T, bin, data string) {
 	t.Logf("namespace with 5 LoadBalancer Services deleted, load balancers included, in %v", time.Since(began).Round(100*time.Millisecond))
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -378,7 +378,7 @@ func cloudKilledIsRestarted(t *testing.T, out *syncBuffer, vip string) {
 }
 
 // upClient is an admin client of a running `up`'s cluster.
-func upClient(t *testing.T, data string) kubernetes.Interface {
+func upClient(t testing.TB, data string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "controlplane", "kubeconfig"))
 	if err != nil {
@@ -543,23 +543,7 @@ func backendsFollowPods(t *testing.T, bin, data string, running func() []corev1.
 	t.Helper()
 	var last string
 	healthy := func() []string {
-		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
-		var rep devenv.Report
-		if err != nil || json.Unmarshal(js, &rep) != nil {
-			return nil
-		}
-		var nodes []string
-		for _, lb := range rep.LoadBalancers {
-			if lb.Service != "default/web" {
-				continue
-			}
-			for _, b := range lb.Backends {
-				if b.Healthy && !b.LastChecked.IsZero() {
-					nodes = append(nodes, b.Name)
-				}
-			}
-		}
-		slices.Sort(nodes)
+		nodes, _ := healthyBackendNames(bin, data, "default/web")
 		return nodes
 	}
 	withPods := func() []string {
@@ -580,8 +564,36 @@ func backendsFollowPods(t *testing.T, bin, data string, running func() []corev1.
 	t.Logf("load balancer of default/web: %s", last)
 }
 
+// healthyBackendNames are the backends of service's load balancer that the
+// data plane has checked and found healthy, from `portside status`.
+func healthyBackendNames(bin, data, service string) ([]string, bool) {
+	js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
+	var rep devenv.Report
+	if err != nil || json.Unmarshal(js, &rep) != nil {
+		return nil, false
+	}
+	var nodes []string
+	for _, lb := range rep.LoadBalancers {
+		if lb.Service != service {
+			continue
+		}
+		for _, b := range lb.Backends {
+			if b.Healthy && !b.LastChecked.IsZero() {
+				nodes = append(nodes, b.Name)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	return nodes, true
+}
+
+func healthyBackendsOf(bin, data, service string) (int, bool) {
+	nodes, ok := healthyBackendNames(bin, data, service)
+	return len(nodes), ok
+}
+
 // startUp runs `portside up` with args until it says it is ready.
-func startUp(t *testing.T, bin, root string, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
+func startUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
 	t.Helper()
 	up := exec.Command(bin, append([]string{"up"}, args...)...)
 	up.Dir = root
