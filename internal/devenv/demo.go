@@ -70,7 +70,7 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 		if replicas == demoReplicas {
 			p.step("demo", "GET %s → %s", url, first)
 		}
-		p.step("demo", "%d pods ready on %s; the load balancer's healthy backends are exactly these nodes", replicas, strings.Join(nodes, ", "))
+		p.step("demo", "%s ready on %s; the load balancer's healthy backends are exactly these nodes", plural(int(replicas), "pod"), strings.Join(nodes, ", "))
 		p.step("demo", "%d requests answered by %s", demoRequests, counts)
 		return nil
 	}
@@ -400,6 +400,13 @@ func get(ctx context.Context, hc *http.Client, url string) (node, pod, body stri
 	}
 	_, podName, _ := strings.Cut(resp.Header.Get("X-Pod"), "/")
 	return resp.Header.Get("X-Node"), podName, strings.TrimSpace(string(data)), nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func sum(m map[string]int) int {
