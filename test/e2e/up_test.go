@@ -446,6 +446,40 @@ func TestUpCCMReplicas(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the killed CCM restarted", func() bool {
 		return strings.Contains(out.String(), fmt.Sprintf("%s restarted (pid", first))
 	})
+
+	// etcd dying is not repaired: `up` stops everything and says why.
+	m = regexp.MustCompile(`etcd pid (\d+)\)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no etcd pid in the output:\n%s", out.String())
+	}
+	if _, err := fmt.Sscan(m[1], &pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("up exited 0 after etcd died")
+		}
+		done = closedWith(err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("up still running 30 s after etcd died:\n%s", out.String())
+	}
+	for _, want := range []string{fmt.Sprintf("etcd (pid %d) exited", pid), "the control plane is not restarted", "stopping ccm-1 (pid", "stopping local cloud (pid"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// closedWith is a channel that yields err once, for a deferred wait on a
+// process whose exit was already read.
+func closedWith(err error) <-chan error {
+	c := make(chan error, 1)
+	c <- err
+	return c
 }
 
 // deploymentPodsRun: on a running `up`, kube-scheduler places a
