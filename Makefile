@@ -36,7 +36,7 @@ build: ## Build the portside binary into _output/bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (once)
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and ANP proxy-server/proxy-agent (once)
 	@hack/tools/build.sh
 
 .PHONY: test

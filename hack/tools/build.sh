@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, etcd) from Go module sources into
+# kube-controller-manager, kube-scheduler, kubectl, etcd, and the upstream
+# apiserver-network-proxy proxy-server and proxy-agent) from Go module sources into
 # _output/tools/<versions>/bin. A quick no-op when they are already built
 # from the same pins.
 set -euo pipefail
@@ -10,7 +11,7 @@ root=$(cd "$here/../.." && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 out="$root/_output/tools/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}/bin"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd proxy-server proxy-agent)
 
 # The stamp is a hash of everything that decides the binaries' content.
 stamp=$(cat "$here/versions.env" "$here/build.sh" "$here/go.mod" "$here/go.sum" \
@@ -27,6 +28,8 @@ fi
 
 grep -Eq "k8s.io/kubernetes ${KUBE_VERSION}( |$)" "$here/go.mod" || {
   echo "tools: hack/tools/go.mod does not require k8s.io/kubernetes ${KUBE_VERSION} (versions.env); update one of them" >&2; exit 1; }
+grep -Eq "sigs.k8s.io/apiserver-network-proxy ${ANP_VERSION}( |$)" "$here/go.mod" || {
+  echo "tools: hack/tools/go.mod does not require sigs.k8s.io/apiserver-network-proxy ${ANP_VERSION} (versions.env); update one of them" >&2; exit 1; }
 grep -Eq "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}( |$)" "$here/etcd/go.mod" || {
   echo "tools: hack/tools/etcd/go.mod does not require etcd ${ETCD_VERSION} (versions.env); update one of them" >&2; exit 1; }
 
@@ -67,12 +70,21 @@ kube_ldflags="-s -w \
 
 run_step "etcd ${ETCD_VERSION}" "about 1 min cold" \
   bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$tmp/etcd' ."
-run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ${KUBE_VERSION}" "10-15 min cold on 2 cores" \
+# ANP's two commands share the module (and most compiled packages) with
+# Kubernetes, so they build in the same go build. Both are named after their
+# directories (server, agent); they are renamed below.
+run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ${KUBE_VERSION}; proxy-server, proxy-agent (apiserver-network-proxy ${ANP_VERSION})" "10-15 min cold on 2 cores" \
   bash -c "cd '$here' && go build -trimpath -ldflags '$kube_ldflags' -o '$tmp/' \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+    sigs.k8s.io/apiserver-network-proxy/cmd/server sigs.k8s.io/apiserver-network-proxy/cmd/agent"
+mv "$tmp/server" "$tmp/proxy-server"
+mv "$tmp/agent" "$tmp/proxy-agent"
 
 got=$("$tmp/kube-apiserver" --version)
 [ "$got" = "Kubernetes ${KUBE_VERSION}" ] || { echo "tools: kube-apiserver --version says '$got', want 'Kubernetes ${KUBE_VERSION}'" >&2; exit 1; }
+for b in proxy-server proxy-agent; do
+  "$tmp/$b" --help >/dev/null 2>&1 || { echo "tools: $b --help failed" >&2; exit 1; }
+done
 for b in "${bins[@]}"; do mv -f "$tmp/$b" "$out/$b"; done
 echo "$stamp" > "$out/.stamp"
-echo "tools: ready in ${out#"$root"/}: $got, etcd ${ETCD_VERSION}"
+echo "tools: ready in ${out#"$root"/}: $got, etcd ${ETCD_VERSION}, apiserver-network-proxy ${ANP_VERSION}"

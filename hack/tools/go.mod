@@ -1,7 +1,11 @@
 // Module tools builds the pinned control-plane binaries used by tests and
-// `portside up`: kube-apiserver, kube-controller-manager and kubectl from
-// k8s.io/kubernetes. It is separate from the main module so their large
-// dependency graph never leaks into Portside's own go.mod.
+// `portside up`: kube-apiserver, kube-controller-manager, kube-scheduler and
+// kubectl from k8s.io/kubernetes, and proxy-server and proxy-agent from
+// sigs.k8s.io/apiserver-network-proxy (MVS raises its k8s.io requirements to
+// the Kubernetes version here, and its konnectivity-client to the one
+// kube-apiserver uses; it compiles and works with them). It is separate
+// from the main module so their large dependency graph never leaks into
+// Portside's own go.mod.
 module github.com/portside-io/portside/hack/tools
 
 go 1.26.0
@@ -171,6 +175,7 @@ require (
 	k8s.io/pod-security-admission v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
+	sigs.k8s.io/apiserver-network-proxy v0.34.0 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
@@ -185,6 +190,8 @@ tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kubectl
+	sigs.k8s.io/apiserver-network-proxy/cmd/agent
+	sigs.k8s.io/apiserver-network-proxy/cmd/server
 )
 
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them

@@ -39,8 +39,12 @@ type Options struct {
 	ServiceClusterIPRange string
 	// APIServerPort fixes the secure port; 0 picks a free one.
 	APIServerPort int
-	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
+	// ExtraAPIServerArgs are appended to kube-apiserver's flags (after
+	// Portside's, so they win).
 	ExtraAPIServerArgs []string
+	// EgressSelections route kube-apiserver's egress through konnectivity
+	// proxy servers (--egress-selector-config-file); none: direct.
+	EgressSelections []EgressSelection
 	// StartTimeout bounds the wait for /readyz; default 90s.
 	StartTimeout time.Duration
 }
@@ -55,6 +59,7 @@ type ControlPlane struct {
 	EtcdURL string
 
 	dir        string
+	ca         *pki
 	caPEM      []byte
 	clientCert []byte
 	clientKey  []byte
@@ -173,6 +178,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		port = ports[0]
 	}
 	pki := filepath.Join(cp.dir, "pki")
+	egressArgs, err := cp.writeEgressConfig(opts.EgressSelections)
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
@@ -190,8 +199,18 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
 		"--cert-dir=" + filepath.Join(cp.dir, "apiserver-certs"),
+		// kube-apiserver → kubelet (logs, exec, node proxy): it presents a
+		// client certificate of the CA and verifies the kubelet's serving
+		// certificate with the CA (IssueServingCert issues one per node).
+		"--kubelet-client-certificate=" + filepath.Join(pki, "kubelet-client.crt"),
+		"--kubelet-client-key=" + filepath.Join(pki, "kubelet-client.key"),
+		"--kubelet-certificate-authority=" + filepath.Join(pki, "ca.crt"),
+		// Simulated nodes' Hostname addresses do not resolve; their
+		// InternalIPs (loopback addresses) are reachable.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--v=1",
 	}
+	args = append(args, egressArgs...)
 	args = append(args, opts.ExtraAPIServerArgs...)
 	p, err := proc.Start("kube-apiserver", bin, args, nil, filepath.Join(cp.dir, "logs", "kube-apiserver.log"))
 	if err != nil {
@@ -265,15 +284,23 @@ func (cp *ControlPlane) writePKI() error {
 	if err != nil {
 		return err
 	}
-	cp.caPEM = ca.caPEM
+	// The kubelet client identity of kube-apiserver, as kubeadm names it;
+	// system:masters lets a kubelet that authorizes by webhook accept it.
+	kubeletCert, kubeletKey, err := ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	cp.ca, cp.caPEM = ca, ca.caPEM
 	dir := filepath.Join(cp.dir, "pki")
 	if _, _, err := serviceAccountKeys(dir); err != nil {
 		return err
 	}
 	return writeFiles(map[string][]byte{
-		filepath.Join(dir, "ca.crt"):        ca.caPEM,
-		filepath.Join(dir, "apiserver.crt"): servingCert,
-		filepath.Join(dir, "apiserver.key"): servingKey,
+		filepath.Join(dir, "ca.crt"):             ca.caPEM,
+		filepath.Join(dir, "apiserver.crt"):      servingCert,
+		filepath.Join(dir, "apiserver.key"):      servingKey,
+		filepath.Join(dir, "kubelet-client.crt"): kubeletCert,
+		filepath.Join(dir, "kubelet-client.key"): kubeletKey,
 	})
 }
 

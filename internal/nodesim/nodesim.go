@@ -44,6 +44,9 @@ type NodeSpec struct {
 	// PodCIDRs pre-assigns spec.podCIDRs, as a cluster without a node IPAM
 	// controller in the CCM would (benchmarks of the route controller).
 	PodCIDRs []string
+	// KubeletPort is the port of the node's kubelet endpoint
+	// (status.daemonEndpoints; see StartKubelet); 0: none.
+	KubeletPort int32
 }
 
 // Simulator registers and heartbeats simulated nodes.
@@ -126,6 +129,7 @@ func nodeStatus(spec NodeSpec) corev1.NodeStatus {
 		NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64"},
 	}
 	status.Allocatable = status.Capacity
+	status.DaemonEndpoints.KubeletEndpoint.Port = spec.KubeletPort
 	return status
 }
 

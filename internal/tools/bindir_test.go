@@ -59,3 +59,18 @@ func TestSharedModuleVersions(t *testing.T) {
 	}
 	t.Log(strings.TrimSpace(string(out)))
 }
+
+// TestReadVersionsANP: the checkout pins apiserver-network-proxy too.
+func TestReadVersionsANP(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ReadVersions(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v.ANP, "v0.") {
+		t.Errorf("ANP_VERSION = %q", v.ANP)
+	}
+}

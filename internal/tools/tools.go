@@ -1,5 +1,7 @@
 // Package tools locates the pinned control-plane binaries (etcd,
-// kube-apiserver, kube-controller-manager, kubectl) that `make tools` builds.
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and
+// upstream apiserver-network-proxy's proxy-server and proxy-agent) that
+// `make tools` builds.
 package tools
 
 import (
@@ -21,12 +23,19 @@ const (
 	KubeControllerManager = "kube-controller-manager"
 	KubeScheduler         = "kube-scheduler"
 	Kubectl               = "kubectl"
+	// ANPProxyServer and ANPProxyAgent are upstream apiserver-network-proxy
+	// (konnectivity) cmd/server and cmd/agent at ANP_VERSION.
+	ANPProxyServer = "proxy-server"
+	ANPProxyAgent  = "proxy-agent"
 )
 
 // Versions are the pinned tool versions, read from hack/tools/versions.env.
 type Versions struct {
 	Kube string
 	Etcd string
+	// ANP is sigs.k8s.io/apiserver-network-proxy (proxy-server, proxy-agent);
+	// it shares the directory of Kube's build and is not part of Dir.
+	ANP string
 }
 
 // Dir is the directory name under _output/tools for these versions.
@@ -70,6 +79,8 @@ func ReadVersions(root string) (Versions, error) {
 			v.Kube = val
 		case "ETCD_VERSION":
 			v.Etcd = val
+		case "ANP_VERSION":
+			v.ANP = val
 		}
 	}
 	if v.Kube == "" || v.Etcd == "" {

@@ -1,0 +1,308 @@
+package netproxy
+
+import (
+	"bufio"
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/tools"
+)
+
+// A proxyKind is an implementation of a konnectivity-compatible proxy
+// server and agent. The tests run against every kind in proxyKinds.
+type proxyKind string
+
+// kindANP is upstream sigs.k8s.io/apiserver-network-proxy (proxy-server,
+// proxy-agent at ANP_VERSION, built by `make tools`).
+const kindANP proxyKind = "anp"
+
+// proxyKinds are the implementations the tests run against. Portside's own
+// (`portside proxy-server` / `portside proxy-agent`) is added here with an
+// entry in impls once it lands.
+var proxyKinds = []proxyKind{kindANP}
+
+// serverConfig is what a test needs from a proxy server. Files are PEM.
+type serverConfig struct {
+	// Mode is "grpc" or "http-connect": the protocol kube-apiserver speaks
+	// to the server (its egress selector's proxyProtocol).
+	Mode string
+	// UDS is the unix socket kube-apiserver connects to; or, when empty,
+	// FrontendPort on 127.0.0.1 with mTLS: FrontendCert/Key serve,
+	// FrontendCA verifies kube-apiserver's client certificate.
+	UDS                                   string
+	FrontendPort                          int
+	FrontendCert, FrontendKey, FrontendCA string
+	// AgentPort on 127.0.0.1 takes agents, with mTLS: AgentCert/Key serve,
+	// AgentCA verifies the agents' client certificates.
+	AgentPort                    int
+	AgentCert, AgentKey, AgentCA string
+	// HealthPort serves /healthz, /readyz (an agent is connected) and
+	// /metrics; AdminPort whatever the implementation puts there.
+	HealthPort, AdminPort int
+}
+
+// agentConfig is what a test needs from a proxy agent.
+type agentConfig struct {
+	ID string
+	// ServerPort on 127.0.0.1 is the server's AgentPort; CA verifies the
+	// server, Cert/Key are the agent's client certificate.
+	ServerPort    int
+	CA, Cert, Key string
+	// HealthPort serves /healthz, /readyz (connected to the server) and
+	// /metrics.
+	HealthPort, AdminPort int
+}
+
+// proxyImpl turns configurations into command lines, and reads what the
+// tests check from an implementation's metrics.
+type proxyImpl struct {
+	serverBin, agentBin string // names in the tools directory (or paths)
+	serverArgs          func(serverConfig) []string
+	agentArgs           func(agentConfig) []string
+	// agentDials is the agent's count of connections it dialed for
+	// kube-apiserver, from its /metrics.
+	agentDials func(metrics string) float64
+	// noAgent is a text kube-apiserver's error carries when a GRPC server
+	// has no agent to dial through ("": not checked).
+	noAgent string
+}
+
+var impls = map[proxyKind]proxyImpl{
+	kindANP: {
+		serverBin: tools.ANPProxyServer,
+		agentBin:  tools.ANPProxyAgent,
+		serverArgs: func(c serverConfig) []string {
+			args := []string{
+				"--mode=" + c.Mode,
+				"--server-count=1",
+				"--agent-bind-address=127.0.0.1",
+				"--agent-port=" + strconv.Itoa(c.AgentPort),
+				"--cluster-cert=" + c.AgentCert, "--cluster-key=" + c.AgentKey, "--cluster-ca-cert=" + c.AgentCA,
+				"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(c.HealthPort),
+				"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(c.AdminPort),
+				"--keepalive-time=30s", "--frontend-keepalive-time=30s",
+				"--v=2",
+			}
+			if c.UDS != "" {
+				return append(args, "--uds-name="+c.UDS, "--server-port=0", "--delete-existing-uds-file=true")
+			}
+			return append(args,
+				"--server-bind-address=127.0.0.1", "--server-port="+strconv.Itoa(c.FrontendPort),
+				"--server-cert="+c.FrontendCert, "--server-key="+c.FrontendKey, "--server-ca-cert="+c.FrontendCA)
+		},
+		agentArgs: func(c agentConfig) []string {
+			return []string{
+				"--agent-id=" + c.ID,
+				"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(c.ServerPort),
+				"--ca-cert=" + c.CA, "--agent-cert=" + c.Cert, "--agent-key=" + c.Key,
+				"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(c.HealthPort),
+				"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(c.AdminPort),
+				"--sync-interval=200ms", "--probe-interval=200ms", "--sync-interval-cap=2s",
+				"--v=2",
+			}
+		},
+		agentDials: func(metrics string) float64 {
+			return metricValue(metrics, "konnectivity_network_proxy_agent_dial_duration_seconds_count")
+		},
+		noAgent: "No agent available",
+	},
+}
+
+// proxyProc is a running proxy server or agent.
+type proxyProc struct {
+	*proc.Process
+	// health is http://127.0.0.1:<health port>.
+	health string
+}
+
+// metrics returns the process's /metrics text.
+func (p *proxyProc) metrics(t *testing.T) string {
+	t.Helper()
+	body, _, err := httpGet(p.health + "/metrics")
+	if err != nil {
+		t.Fatalf("%s metrics: %v", p.Name, err)
+	}
+	return body
+}
+
+// startProxyServer starts a kind's proxy server and waits for its /healthz;
+// it is stopped, by PID, when the test ends.
+func startProxyServer(t *testing.T, kind proxyKind, dir string, cfg serverConfig) *proxyProc {
+	t.Helper()
+	impl := implOf(t, kind)
+	return startProc(t, "proxy-server", impl.serverBin, impl.serverArgs(cfg), filepath.Join(dir, string(kind)+"-proxy-server.log"), cfg.HealthPort)
+}
+
+// startProxyAgent starts a kind's proxy agent and waits for its /healthz;
+// it is stopped, by PID, when the test ends (or earlier with Stop).
+func startProxyAgent(t *testing.T, kind proxyKind, dir string, cfg agentConfig) *proxyProc {
+	t.Helper()
+	impl := implOf(t, kind)
+	return startProc(t, "proxy-agent", impl.agentBin, impl.agentArgs(cfg), filepath.Join(dir, string(kind)+"-proxy-agent-"+cfg.ID+".log"), cfg.HealthPort)
+}
+
+func implOf(t *testing.T, kind proxyKind) proxyImpl {
+	t.Helper()
+	impl, ok := impls[kind]
+	if !ok {
+		t.Fatalf("no proxy implementation %q", kind)
+	}
+	return impl
+}
+
+func startProc(t *testing.T, name, bin string, args []string, logPath string, healthPort int) *proxyProc {
+	t.Helper()
+	path := bin
+	if !filepath.IsAbs(bin) {
+		dir, err := tools.BinDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if path, err = tools.Path(dir, bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := proc.Start(name, path, args, nil, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := &proxyProc{Process: p, health: "http://127.0.0.1:" + strconv.Itoa(healthPort)}
+	t.Cleanup(func() {
+		p.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("--- last lines of %s ---\n%s", p.LogPath, p.LogTail(30))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, code, err := httpGet(pp.health + "/healthz"); err == nil && code == http.StatusOK {
+			t.Logf("%s ready (pid %d, log %s)", name, p.PID(), logPath)
+			return pp
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("%s exited during start-up (%v):\n%s", name, p.ExitErr(), p.LogTail(30))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not healthy after 30s:\n%s", name, p.LogTail(30))
+		}
+	}
+}
+
+// waitReady polls p's /readyz until it answers 200 (for a server: an agent
+// is connected; for an agent: it is connected to the server).
+func (p *proxyProc) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		body, code, err := httpGet(p.health + "/readyz")
+		if err == nil && code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %v: %d %q %v", p.Name, timeout, code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func httpGet(url string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
+	}
+	return b.String(), resp.StatusCode, sc.Err()
+}
+
+// metricValue sums the samples of a metric (all label sets) in Prometheus
+// text format.
+func metricValue(text, name string) float64 {
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// freePorts returns n distinct ports free on 127.0.0.1 a moment ago, between
+// 20000 and 32767: below the kernel's ephemeral range (so no outgoing
+// connection takes them meanwhile) and accepted by ANP, which refuses ports
+// above 49151.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for attempts := 0; len(ports) < n; attempts++ {
+		if attempts > 1000 {
+			t.Fatal("no free ports between 20000 and 32767")
+		}
+		port := 20000 + rand.IntN(12768)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, port)
+	}
+	return ports
+}
+
+// shortTempDir is a temporary directory with a short path, for unix sockets
+// (at most 108 bytes), removed when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pxy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("keeping %s (logs) because the test failed", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
+}
