@@ -45,16 +45,34 @@ func printStatus(w io.Writer, rep *devenv.Report, output string) error {
 	}
 	fmt.Fprintln(w)
 	if len(rep.LoadBalancers) == 0 {
-		_, err := fmt.Fprintln(w, "no load balancers")
-		return err
-	}
-	fmt.Fprintln(tw, "LOAD BALANCER\tSERVICE\tVIP\tPORTS\tSTATE\tBACKENDS")
-	for _, lb := range rep.LoadBalancers {
-		state := lb.State
-		if lb.Message != "" {
-			state += ": " + lb.Message
+		fmt.Fprintln(w, "no load balancers")
+	} else {
+		fmt.Fprintln(tw, "LOAD BALANCER\tSERVICE\tVIP\tPORTS\tSTATE\tBACKENDS")
+		for _, lb := range rep.LoadBalancers {
+			state := lb.State
+			if lb.Message != "" {
+				state += ": " + lb.Message
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", lb.Name, dash(lb.Service), dash(strings.Join(lb.VIPs, ",")), strings.Join(lb.Ports, ","), state, backends(lb))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", lb.Name, dash(lb.Service), dash(strings.Join(lb.VIPs, ",")), strings.Join(lb.Ports, ","), state, backends(lb))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(rep.NetworkProxy) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "NETWORK PROXY\tROLE\tSERVES\tADDRESS\tREADY")
+	for _, p := range rep.NetworkProxy {
+		serves, ready := "cluster egress", "yes"
+		if p.Role == "agent" {
+			serves = fmt.Sprintf("%s (%d node%s)", p.Zone, p.Nodes, map[bool]string{true: "", false: "s"}[p.Nodes == 1])
+		}
+		if !p.Ready {
+			ready = "no: " + p.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Role, serves, dash(p.Address), ready)
 	}
 	return tw.Flush()
 }

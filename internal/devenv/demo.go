@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -77,6 +78,11 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 	if err := show(demoReplicas); err != nil {
 		return err
 	}
+	if env.networkProxy {
+		if err := showLogs(ctx, p, env); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
 	p.step("demo", "scaling %s to %d replica: the other pods stop, their nodes fail the health check, traffic follows", demoService, demoScaledTo)
 	if err := scaleDemo(ctx, env, demoScaledTo); err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -96,6 +102,30 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	p.step("demo", "%d pods ready again on %s", demoReplicas, strings.Join(nodes, ", "))
+	return nil
+}
+
+// showLogs reads a demo pod's log as `kubectl logs` does: kube-apiserver
+// reaches the node's kubelet through the network proxy (server, then the
+// agent of the node's zone).
+func showLogs(ctx context.Context, p *progress, env *environment) error {
+	running, _, err := demoPods(ctx, env)
+	if err != nil || len(running) == 0 {
+		return fmt.Errorf("no running pod to read logs of (%v)", err)
+	}
+	pod := running[0]
+	zone := ""
+	for _, n := range env.nodes {
+		if n.name == pod.Spec.NodeName {
+			zone = n.zone
+		}
+	}
+	began := time.Now()
+	data, err := env.client.CoreV1().Pods(demoNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hello", TailLines: ptr.To[int64](1)}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("logs of pod %s through the network proxy: %w (see %s)", pod.Name, err, filepath.Join(env.logs(), "proxy-server.log"))
+	}
+	p.step("demo", "kubectl logs %s → %q in %s, through proxy-server and agent-%s", pod.Name, strings.TrimSpace(string(data)), time.Since(began).Round(time.Millisecond), zone)
 	return nil
 }
 

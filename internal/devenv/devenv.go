@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +33,9 @@ type Options struct {
 	// CCMReplicas is the number of CCMs, 1 to MaxCCMReplicas; more than one
 	// run with leader election, as a highly available CCM does.
 	CCMReplicas int
+	// NetworkProxy sends kube-apiserver's cluster egress through Portside's
+	// network proxy: proxy-server beside it, one proxy-agent per zone.
+	NetworkProxy bool
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -81,7 +85,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 
-	env, part, err := start(ctx, s, l, opts.Nodes, opts.CCMReplicas)
+	env, part, err := start(ctx, s, l, opts)
 	if err == nil {
 		part, err = "demo", demo(ctx, p, env, opts.Once)
 	}
@@ -109,19 +113,26 @@ func Up(ctx context.Context, opts Options) (err error) {
 
 // start brings the parts up in order; each one it starts is pushed on s.
 // On failure it returns the part that failed.
-func start(ctx context.Context, s *stack, l layout, nodes, ccmReplicas int) (*environment, string, error) {
-	env := &environment{layout: l, ccmReplicas: ccmReplicas}
-	steps := []struct {
+func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
+	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy}
+	type step struct {
 		part string
 		fn   func(context.Context, *stack, *environment) error
-	}{
+	}
+	steps := []step{
 		{"control plane", startControlPlane},
 		{"local cloud", startCloud},
 		{"kube-controller-manager", startKCM},
 		{"kube-scheduler", startScheduler},
-		{"nodes", startNodes(nodes)},
+		{"nodes", startNodes(opts.Nodes)},
 		{"ccm", startCCM},
 		{"nodes", waitNodesInitialized},
+	}
+	if opts.NetworkProxy {
+		steps = slices.Insert(steps, 1, step{"network proxy", startNetworkProxyServer})
+		steps = slices.Insert(steps, 6, step{"network proxy", startNetworkProxyAgents})
+	} else {
+		_ = os.Remove(l.netproxyStateFile()) // an earlier run's
 	}
 	for _, st := range steps {
 		if err := st.fn(ctx, s, env); err != nil {

@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -37,3 +38,16 @@ func (l layout) cloud() string        { return filepath.Join(l.dir, "cloud") }
 func (l layout) network() string      { return filepath.Join(l.dir, "network.json") }
 func (l layout) ccm() string          { return filepath.Join(l.dir, "ccm") }
 func (l layout) cloudConfig() string  { return filepath.Join(l.ccm(), "cloud.yaml") }
+func (l layout) netproxy() string     { return filepath.Join(l.dir, "netproxy") }
+
+// netproxySocket is the proxy server's unix socket: in the data directory,
+// or, when that path would be longer than a socket path may be (107
+// bytes), in the temporary directory under a name derived from it.
+func (l layout) netproxySocket() string {
+	if p := filepath.Join(l.netproxy(), "s.sock"); len(p) <= maxSocketPath {
+		return p
+	}
+	sum := sha256.Sum256([]byte(l.dir))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("portside-proxy-%x.sock", sum[:6]))
+}
+func (l layout) netproxyStateFile() string { return filepath.Join(l.netproxy(), "state.json") }

@@ -30,6 +30,13 @@ type environment struct {
 	ccmReplicas int
 	// controlPlaneExit names which of etcd and kube-apiserver died.
 	controlPlaneExit func() string
+	// cp issues certificates of the control plane's CA (kubelets, proxy).
+	cp *controlplane.ControlPlane
+
+	// networkProxy: kube-apiserver's cluster egress goes through
+	// proxy-server and per-zone agents (netproxyState says where).
+	networkProxy  bool
+	netproxyState *netproxyState
 }
 
 // startControlPlane starts etcd and kube-apiserver from `make tools`, with
@@ -40,10 +47,15 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		return err
 	}
 	s.p.step("control plane", "starting etcd and kube-apiserver (state in %s)", env.controlPlane())
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: ServiceCIDR})
+	opts := controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: ServiceCIDR}
+	if env.networkProxy {
+		opts.EgressSelections = env.egressSelections()
+	}
+	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
+	env.cp = cp
 	pids := cp.PIDs()
 	// Their death ends the environment (stack.exited), unlike the
 	// supervised parts: see Up.

@@ -53,12 +53,23 @@ func startNodes(n int) func(context.Context, *stack, *environment) error {
 		if len(removed) > 0 {
 			s.p.step("nodes", "removed %d surplus nodes of an earlier run with more --nodes", len(removed))
 		}
+		kubelets, err := startKubelets(env)
+		if err != nil {
+			return err
+		}
+		stopKubelets := func() {
+			for _, k := range kubelets {
+				_ = k.Close()
+			}
+		}
 		specs := make([]nodesim.NodeSpec, len(env.nodes))
 		for i, node := range env.nodes {
-			specs[i] = nodesim.NodeSpec{Name: node.name, NodeIPs: []string{node.ip.String()}, Labels: map[string]string{LabelSimulated: "true"}}
+			specs[i] = nodesim.NodeSpec{Name: node.name, NodeIPs: []string{node.ip.String()}, Labels: map[string]string{LabelSimulated: "true"},
+				KubeletPort: kubelets[i].Port()}
 		}
 		sim := nodesim.New(env.client, concurrency)
 		if err := sim.Register(ctx, specs); err != nil {
+			stopKubelets()
 			return err
 		}
 		proxy := nodesim.NewProxyStandIn(env.client)
@@ -72,7 +83,7 @@ func startNodes(n int) func(context.Context, *stack, *environment) error {
 		wg.Go(func() { proxy.Run(runCtx) })
 		wg.Go(func() { sim.Heartbeat(runCtx, heartbeatInterval) })
 		wg.Go(func() { sim.RunPods(runCtx) })
-		s.push("simulated nodes and kube-proxy stand-ins", func() { cancel(); wg.Wait() }, nil)
+		s.push("simulated nodes and kube-proxy stand-ins", func() { cancel(); wg.Wait(); stopKubelets() }, nil)
 		first, last := env.nodes[0], env.nodes[len(env.nodes)-1]
 		s.p.step("nodes", "%d registered like kubelets with --cloud-provider=external (%d new, %d from an earlier run); kube-proxy stand-ins on %s (%s) … %s (%s)",
 			n, n-reused, reused, first.ip, first.name, last.ip, last.name)
@@ -135,6 +146,37 @@ func ensureInstances(ctx context.Context, env *environment, n int, zones []strin
 		return 0, nil, fmt.Errorf("delete surplus nodes: %w", err)
 	}
 	return reused, removed, nil
+}
+
+// startKubelets gives each node an HTTPS kubelet endpoint on its address
+// (a free port), with one serving certificate of the control plane's CA
+// for all of them, so kube-apiserver reaches them (`kubectl logs`, node
+// proxy) and verifies them as it verifies real kubelets.
+func startKubelets(env *environment) ([]*nodesim.KubeletServer, error) {
+	hosts := make([]string, len(env.nodes))
+	for i, n := range env.nodes {
+		hosts[i] = n.ip.String()
+	}
+	pair, err := env.cp.IssueServingCert("kubelets", hosts...)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := pair.TLSCertificate()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*nodesim.KubeletServer, 0, len(env.nodes))
+	for _, n := range env.nodes {
+		k, err := nodesim.StartKubelet(nodesim.KubeletOptions{NodeName: n.name, Address: n.ip.String(), Certificate: cert, ClientCAs: env.cp.CAPool()})
+		if err != nil {
+			for _, k := range out {
+				_ = k.Close()
+			}
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 func instanceIPv4(inst api.Instance) (netip.Addr, error) {

@@ -3,6 +3,7 @@ package devenv
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,22 @@ type Report struct {
 	// CCMLeader is the replica holding the CCM's leader Lease (with
 	// --ccm-replicas above 1), e.g. ccm-2; empty without leader election.
 	CCMLeader string `json:"ccmLeader,omitempty"`
+	// NetworkProxy is set with `up --network-proxy`.
+	NetworkProxy []ProxyStatus `json:"networkProxy,omitempty"`
+}
+
+// ProxyStatus is one network-proxy server or agent and whether it is
+// ready: a server when an agent is connected to it, an agent when it is
+// connected to its server.
+type ProxyStatus struct {
+	Role    string `json:"role"` // "server" or "agent"
+	ID      string `json:"id"`
+	Zone    string `json:"zone,omitempty"`
+	Nodes   int    `json:"nodes,omitempty"`
+	Address string `json:"address,omitempty"`
+	Ready   bool   `json:"ready"`
+	// Reason says why it is not ready (its /readyz answer, or the error).
+	Reason string `json:"reason,omitempty"`
 }
 
 // NodeStatus is one Node as the CCM left it.
@@ -100,7 +117,33 @@ func Status(ctx context.Context, dataDir string) (*Report, error) {
 	if rep.LoadBalancers, err = lbStatuses(ctx, cc); err != nil {
 		return nil, fmt.Errorf("local cloud at %s: %w", endpoint, err)
 	}
+	rep.NetworkProxy = proxyStatuses(ctx, l)
 	return rep, nil
+}
+
+// proxyStatuses asks the network proxy's parts for /readyz, if `up` runs one.
+func proxyStatuses(ctx context.Context, l layout) []ProxyStatus {
+	data, err := os.ReadFile(l.netproxyStateFile())
+	if err != nil {
+		return nil
+	}
+	var st netproxyState
+	if json.Unmarshal(data, &st) != nil {
+		return []ProxyStatus{{Role: "server", Reason: l.netproxyStateFile() + " is damaged"}}
+	}
+	check := func(p ProxyStatus, health string) ProxyStatus {
+		if err := probe(ctx, "http://"+health+"/readyz"); err != nil {
+			p.Reason = err.Error()
+		} else {
+			p.Ready = true
+		}
+		return p
+	}
+	out := []ProxyStatus{check(ProxyStatus{Role: "server", ID: st.Server.ID, Address: st.Server.Socket}, st.Server.Health)}
+	for _, a := range st.Agents {
+		out = append(out, check(ProxyStatus{Role: "agent", ID: a.ID, Zone: a.Zone, Nodes: a.Nodes, Address: st.Server.AgentAddress}, a.Health))
+	}
+	return out
 }
 
 func cloudClient(dir string) (*client.Client, string, error) {

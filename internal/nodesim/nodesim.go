@@ -94,6 +94,12 @@ func (s *Simulator) register(ctx context.Context, spec NodeSpec) error {
 	node.Status = nodeStatus(spec)
 	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
+		// A kubelet restarted on another port says so in its status.
+		if spec.KubeletPort != 0 {
+			if err := s.SetKubeletPort(ctx, spec.Name, spec.KubeletPort); err != nil {
+				return fmt.Errorf("node %s: kubelet port: %w", spec.Name, err)
+			}
+		}
 		s.track(spec.Name)
 		return nil
 	}
