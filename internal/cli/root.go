@@ -27,7 +27,8 @@ func NewRootCommand() *cobra.Command {
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
-	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand())
+	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand(),
+		newProxyServerCommand(), newProxyAgentCommand())
 	return root
 }
 

@@ -4,7 +4,8 @@
 // proxy agent → simulated kubelets serving HTTPS on their node IPs. The
 // proxy is upstream apiserver-network-proxy (built by `make tools`); the
 // tests take the server and agent through startProxyServer/startProxyAgent
-// so Portside's own can run the same tests (proxyKinds).
+// so Portside's own runs the same tests, with every server/agent pairing
+// (proxyCombos).
 //
 // Each test has a control plane of its own (an egress selector is a
 // kube-apiserver flag), started with testenv.StartControlPlane.
@@ -35,14 +36,14 @@ import (
 // TestGRPCOverUDS: kube-apiserver → (GRPC, unix socket) → proxy server →
 // (mTLS) → agent → kubelet, for node proxy and container logs.
 func TestGRPCOverUDS(t *testing.T) {
-	for _, kind := range proxyKinds {
-		t.Run(string(kind), func(t *testing.T) {
+	for _, combo := range proxyCombos {
+		t.Run(combo.String(), func(t *testing.T) {
 			dir := shortTempDir(t)
 			uds := filepath.Join(dir, "konnectivity.sock")
 			cp := testenv.StartControlPlane(t, controlplane.Options{EgressSelections: []controlplane.EgressSelection{{
 				Name: controlplane.EgressCluster, ProxyProtocol: controlplane.ProxyGRPC, UDSName: uds,
 			}}})
-			runEgressScenario(t, kind, cp, dir, serverConfig{Mode: "grpc", UDS: uds})
+			runEgressScenario(t, combo, cp, dir, serverConfig{Mode: "grpc", UDS: uds})
 		})
 	}
 }
@@ -51,8 +52,8 @@ func TestGRPCOverUDS(t *testing.T) {
 // with certificates of the control plane's CA) → proxy server → agent →
 // kubelet.
 func TestHTTPConnectOverTCP(t *testing.T) {
-	for _, kind := range proxyKinds {
-		t.Run(string(kind), func(t *testing.T) {
+	for _, combo := range proxyCombos {
+		t.Run(combo.String(), func(t *testing.T) {
 			dir := shortTempDir(t)
 			frontend := freePorts(t, 1)[0]
 			cp := testenv.StartControlPlane(t, controlplane.Options{EgressSelections: []controlplane.EgressSelection{{
@@ -64,7 +65,7 @@ func TestHTTPConnectOverTCP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runEgressScenario(t, kind, cp, dir, serverConfig{
+			runEgressScenario(t, combo, cp, dir, serverConfig{
 				Mode: "http-connect", FrontendPort: frontend,
 				FrontendCert: serving.CertFile, FrontendKey: serving.KeyFile, FrontendCA: cp.CAFile(),
 			})
@@ -80,14 +81,14 @@ func TestHTTPConnectOverTCP(t *testing.T) {
 //     kubelet connection is held by the agent process, and the agent
 //     counted its dials;
 //   - with the agent stopped again, requests fail again.
-func runEgressScenario(t *testing.T, kind proxyKind, cp *controlplane.ControlPlane, dir string, srv serverConfig) {
+func runEgressScenario(t *testing.T, combo proxyCombo, cp *controlplane.ControlPlane, dir string, srv serverConfig) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	client, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	impl := implOf(t, kind)
+	serverImpl, agentImpl := implOf(t, combo.server), implOf(t, combo.agent)
 
 	// Proxy server: agents connect with mTLS (certificates of the CA).
 	agentServing, err := cp.IssueServingCert("proxy-server-agent-side", "127.0.0.1")
@@ -97,7 +98,7 @@ func runEgressScenario(t *testing.T, kind proxyKind, cp *controlplane.ControlPla
 	ports := freePorts(t, 3)
 	srv.AgentPort, srv.HealthPort, srv.AdminPort = ports[0], ports[1], ports[2]
 	srv.AgentCert, srv.AgentKey, srv.AgentCA = agentServing.CertFile, agentServing.KeyFile, cp.CAFile()
-	server := startProxyServer(t, kind, dir, srv)
+	server := startProxyServer(t, combo.server, dir, srv)
 
 	// A node whose kubelet serves HTTPS on its node IP with a certificate of
 	// the CA (kube-apiserver runs with --kubelet-certificate-authority) and
@@ -173,7 +174,7 @@ func runEgressScenario(t *testing.T, kind proxyKind, cp *controlplane.ControlPla
 	// to the node; kube-apiserver does not fall back to dialing it. Over
 	// GRPC the server's reason reaches the error; over HTTP CONNECT only
 	// the status does, and kube-apiserver names the proxy.
-	wantErr := impl.noAgent
+	wantErr := serverImpl.noAgent
 	if srv.Mode == "http-connect" {
 		wantErr = fmt.Sprintf("proxy error from 127.0.0.1:%d", srv.FrontendPort)
 	}
@@ -200,14 +201,14 @@ func runEgressScenario(t *testing.T, kind proxyKind, cp *controlplane.ControlPla
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := startProxyAgent(t, kind, dir, agentConfig{
+	agent := startProxyAgent(t, combo.agent, dir, agentConfig{
 		ID: "agent-1", ServerPort: srv.AgentPort, CA: cp.CAFile(), Cert: clientCert.CertFile, Key: clientCert.KeyFile,
 		HealthPort: ap[0], AdminPort: ap[1],
 	})
 	owners.setAgent(agent)
 	agent.waitReady(t, 30*time.Second)
 	server.waitReady(t, 30*time.Second)
-	dialsBefore := impl.agentDials(agent.metrics(t))
+	dialsBefore := agentImpl.agentDials(agent.metrics(t))
 
 	var logs string
 	testenv.Eventually(t, 30*time.Second, "pod logs through the agent", func() (bool, string) {
@@ -243,14 +244,14 @@ func runEgressScenario(t *testing.T, kind proxyKind, cp *controlplane.ControlPla
 			t.Errorf("kubelet request without kube-apiserver's client certificate (TLS not end to end): %s", line)
 		}
 	}
-	dials := impl.agentDials(agent.metrics(t)) - dialsBefore
+	dials := agentImpl.agentDials(agent.metrics(t)) - dialsBefore
 	if dials < 1 {
 		t.Errorf("agent dial count grew by %v, want ≥ 1", dials)
 	}
 	t.Logf("agent dialed %v connections for %d kubelet requests", dials, len(reqs))
 
 	// 3. The agent goes away: the proxy has no way to the node again.
-	agent.Stop(5 * time.Second)
+	agent.stop()
 	owners.setAgent(nil)
 	served := len(kubelet.Requests())
 	testenv.Eventually(t, 30*time.Second, "pod logs to fail without the agent", func() (bool, string) {

@@ -25,10 +25,26 @@ type proxyKind string
 // proxy-agent at ANP_VERSION, built by `make tools`).
 const kindANP proxyKind = "anp"
 
-// proxyKinds are the implementations the tests run against. Portside's own
-// (`portside proxy-server` / `portside proxy-agent`) is added here with an
-// entry in impls once it lands.
-var proxyKinds = []proxyKind{kindANP}
+// kindPortside is Portside's own: `portside proxy-server` and `portside
+// proxy-agent`, from a portside binary built once per test run.
+const kindPortside proxyKind = "portside"
+
+// proxyCombo is a server implementation with an agent implementation.
+type proxyCombo struct{ server, agent proxyKind }
+
+func (c proxyCombo) String() string {
+	return "server-" + string(c.server) + "_agent-" + string(c.agent)
+}
+
+// proxyCombos are the server/agent pairs the apiserver tests run against:
+// every server with every agent, so each side is proven against the other
+// implementation's wire protocol too.
+var proxyCombos = []proxyCombo{
+	{kindPortside, kindPortside},
+	{kindANP, kindPortside},
+	{kindPortside, kindANP},
+	{kindANP, kindANP},
+}
 
 // serverConfig is what a test needs from a proxy server. Files are PEM.
 type serverConfig struct {
@@ -48,6 +64,13 @@ type serverConfig struct {
 	// HealthPort serves /healthz, /readyz (an agent is connected) and
 	// /metrics; AdminPort whatever the implementation puts there.
 	HealthPort, AdminPort int
+	// ServerID is --server-id ("": the implementation picks one);
+	// ServerCount is --server-count (0: 1), how many servers an agent
+	// should hold.
+	ServerID    string
+	ServerCount int
+	// Extra are more flags.
+	Extra []string
 }
 
 // agentConfig is what a test needs from a proxy agent.
@@ -60,6 +83,8 @@ type agentConfig struct {
 	// HealthPort serves /healthz, /readyz (connected to the server) and
 	// /metrics.
 	HealthPort, AdminPort int
+	// Extra are more flags.
+	Extra []string
 }
 
 // proxyImpl turns configurations into command lines, and reads what the
@@ -74,47 +99,84 @@ type proxyImpl struct {
 	// noAgent is a text kube-apiserver's error carries when a GRPC server
 	// has no agent to dial through ("": not checked).
 	noAgent string
+	// agentStopGrace is how long a stopped agent gets between SIGTERM and
+	// SIGKILL.
+	agentStopGrace time.Duration
 }
 
 var impls = map[proxyKind]proxyImpl{
 	kindANP: {
-		serverBin: tools.ANPProxyServer,
-		agentBin:  tools.ANPProxyAgent,
-		serverArgs: func(c serverConfig) []string {
-			args := []string{
-				"--mode=" + c.Mode,
-				"--server-count=1",
-				"--agent-bind-address=127.0.0.1",
-				"--agent-port=" + strconv.Itoa(c.AgentPort),
-				"--cluster-cert=" + c.AgentCert, "--cluster-key=" + c.AgentKey, "--cluster-ca-cert=" + c.AgentCA,
-				"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(c.HealthPort),
-				"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(c.AdminPort),
-				"--keepalive-time=30s", "--frontend-keepalive-time=30s",
-				"--v=2",
-			}
-			if c.UDS != "" {
-				return append(args, "--uds-name="+c.UDS, "--server-port=0", "--delete-existing-uds-file=true")
-			}
-			return append(args,
-				"--server-bind-address=127.0.0.1", "--server-port="+strconv.Itoa(c.FrontendPort),
-				"--server-cert="+c.FrontendCert, "--server-key="+c.FrontendKey, "--server-ca-cert="+c.FrontendCA)
-		},
-		agentArgs: func(c agentConfig) []string {
-			return []string{
-				"--agent-id=" + c.ID,
-				"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(c.ServerPort),
-				"--ca-cert=" + c.CA, "--agent-cert=" + c.Cert, "--agent-key=" + c.Key,
-				"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(c.HealthPort),
-				"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(c.AdminPort),
-				"--sync-interval=200ms", "--probe-interval=200ms", "--sync-interval-cap=2s",
-				"--v=2",
-			}
-		},
+		serverBin:  tools.ANPProxyServer,
+		agentBin:   tools.ANPProxyAgent,
+		serverArgs: anpServerArgs,
+		agentArgs:  anpAgentArgs,
 		agentDials: func(metrics string) float64 {
 			return metricValue(metrics, "konnectivity_network_proxy_agent_dial_duration_seconds_count")
 		},
 		noAgent: "No agent available",
+		// Upstream's agent ignores SIGTERM: waiting for it is time lost.
+		agentStopGrace: 200 * time.Millisecond,
 	},
+	// Portside's proxy takes upstream's flags (a drop-in replacement), and
+	// its agent exports upstream's metric names.
+	kindPortside: {
+		serverBin: portsideBin,
+		agentBin:  portsideBin,
+		serverArgs: func(c serverConfig) []string {
+			return append([]string{"proxy-server"}, anpServerArgs(c)...)
+		},
+		agentArgs: func(c agentConfig) []string {
+			return append([]string{"proxy-agent"}, anpAgentArgs(c)...)
+		},
+		agentDials: func(metrics string) float64 {
+			return metricValue(metrics, "konnectivity_network_proxy_agent_dial_duration_seconds_count")
+		},
+		noAgent:        "No agent available",
+		agentStopGrace: 5 * time.Second,
+	},
+}
+
+// anpServerArgs is upstream proxy-server's command line for c.
+func anpServerArgs(c serverConfig) []string {
+	args := []string{
+		"--mode=" + c.Mode,
+		"--server-count=" + strconv.Itoa(max(c.ServerCount, 1)),
+		"--agent-bind-address=127.0.0.1",
+		"--agent-port=" + strconv.Itoa(c.AgentPort),
+		"--cluster-cert=" + c.AgentCert, "--cluster-key=" + c.AgentKey, "--cluster-ca-cert=" + c.AgentCA,
+		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(c.HealthPort),
+		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(c.AdminPort),
+		"--keepalive-time=30s", "--frontend-keepalive-time=30s",
+		"--v=2",
+	}
+	if c.ServerID != "" {
+		args = append(args, "--server-id="+c.ServerID)
+	}
+	args = append(args, c.Extra...)
+	if c.UDS != "" {
+		return append(args, "--uds-name="+c.UDS, "--server-port=0", "--delete-existing-uds-file=true")
+	}
+	return append(args,
+		"--server-bind-address=127.0.0.1", "--server-port="+strconv.Itoa(c.FrontendPort),
+		"--server-cert="+c.FrontendCert, "--server-key="+c.FrontendKey, "--server-ca-cert="+c.FrontendCA)
+}
+
+// anpAgentArgs is upstream proxy-agent's command line for c; without
+// Cert and Key the agent presents no client certificate.
+func anpAgentArgs(c agentConfig) []string {
+	args := []string{
+		"--agent-id=" + c.ID,
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(c.ServerPort),
+		"--ca-cert=" + c.CA,
+		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(c.HealthPort),
+		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(c.AdminPort),
+		"--sync-interval=200ms", "--probe-interval=200ms", "--sync-interval-cap=2s",
+		"--v=2",
+	}
+	if c.Cert != "" || c.Key != "" {
+		args = append(args, "--agent-cert="+c.Cert, "--agent-key="+c.Key)
+	}
+	return append(args, c.Extra...)
 }
 
 // proxyProc is a running proxy server or agent.
@@ -122,7 +184,12 @@ type proxyProc struct {
 	*proc.Process
 	// health is http://127.0.0.1:<health port>.
 	health string
+	// grace is the time stop gives between SIGTERM and SIGKILL.
+	grace time.Duration
 }
+
+// stop stops p (SIGTERM, then SIGKILL after its grace time) and waits.
+func (p *proxyProc) stop() { p.Stop(p.grace) }
 
 // metrics returns the process's /metrics text.
 func (p *proxyProc) metrics(t *testing.T) string {
@@ -139,7 +206,11 @@ func (p *proxyProc) metrics(t *testing.T) string {
 func startProxyServer(t *testing.T, kind proxyKind, dir string, cfg serverConfig) *proxyProc {
 	t.Helper()
 	impl := implOf(t, kind)
-	return startProc(t, "proxy-server", impl.serverBin, impl.serverArgs(cfg), filepath.Join(dir, string(kind)+"-proxy-server.log"), cfg.HealthPort)
+	log := string(kind) + "-proxy-server.log"
+	if cfg.ServerID != "" {
+		log = string(kind) + "-proxy-server-" + cfg.ServerID + ".log"
+	}
+	return startProc(t, "proxy-server", impl.serverBin, impl.serverArgs(cfg), filepath.Join(dir, log), cfg.HealthPort, 5*time.Second)
 }
 
 // startProxyAgent starts a kind's proxy agent and waits for its /healthz;
@@ -147,7 +218,7 @@ func startProxyServer(t *testing.T, kind proxyKind, dir string, cfg serverConfig
 func startProxyAgent(t *testing.T, kind proxyKind, dir string, cfg agentConfig) *proxyProc {
 	t.Helper()
 	impl := implOf(t, kind)
-	return startProc(t, "proxy-agent", impl.agentBin, impl.agentArgs(cfg), filepath.Join(dir, string(kind)+"-proxy-agent-"+cfg.ID+".log"), cfg.HealthPort)
+	return startProc(t, "proxy-agent", impl.agentBin, impl.agentArgs(cfg), filepath.Join(dir, string(kind)+"-proxy-agent-"+cfg.ID+".log"), cfg.HealthPort, impl.agentStopGrace)
 }
 
 func implOf(t *testing.T, kind proxyKind) proxyImpl {
@@ -159,10 +230,12 @@ func implOf(t *testing.T, kind proxyKind) proxyImpl {
 	return impl
 }
 
-func startProc(t *testing.T, name, bin string, args []string, logPath string, healthPort int) *proxyProc {
+func startProc(t *testing.T, name, bin string, args []string, logPath string, healthPort int, grace time.Duration) *proxyProc {
 	t.Helper()
 	path := bin
-	if !filepath.IsAbs(bin) {
+	if bin == portsideBin {
+		path = portsideBinary(t)
+	} else if !filepath.IsAbs(bin) {
 		dir, err := tools.BinDir()
 		if err != nil {
 			t.Fatal(err)
@@ -171,13 +244,15 @@ func startProc(t *testing.T, name, bin string, args []string, logPath string, he
 			t.Fatal(err)
 		}
 	}
-	p, err := proc.Start(name, path, args, nil, logPath)
+	// The marker lets a test find, in /proc, every process it started
+	// (assertNoProcessesUsing), whatever their command lines.
+	p, err := proc.Start(name, path, args, []string{procMarkerEnv + "=" + filepath.Dir(logPath)}, logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pp := &proxyProc{Process: p, health: "http://127.0.0.1:" + strconv.Itoa(healthPort)}
+	pp := &proxyProc{Process: p, health: "http://127.0.0.1:" + strconv.Itoa(healthPort), grace: grace}
 	t.Cleanup(func() {
-		p.Stop(5 * time.Second)
+		pp.stop()
 		if t.Failed() {
 			t.Logf("--- last lines of %s ---\n%s", p.LogPath, p.LogTail(30))
 		}
@@ -290,7 +365,8 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 // shortTempDir is a temporary directory with a short path, for unix sockets
-// (at most 108 bytes), removed when the test ends.
+// (at most 108 bytes), removed when the test ends unless it failed or
+// NETPROXY_KEEP_LOGS is set.
 func shortTempDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pxy-")
@@ -298,8 +374,14 @@ func shortTempDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Runs after the cleanups of everything started in dir.
+		assertNoProcessesUsing(t, dir)
 		if t.Failed() {
 			t.Logf("keeping %s (logs) because the test failed", dir)
+			return
+		}
+		if os.Getenv("NETPROXY_KEEP_LOGS") != "" {
+			t.Logf("keeping %s (logs): NETPROXY_KEEP_LOGS is set", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)

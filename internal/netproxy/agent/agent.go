@@ -1,0 +1,324 @@
+// Package agent is the Portside network proxy agent: a drop-in for
+// upstream konnectivity's proxy-agent. It keeps a control stream to every
+// proxy server behind the configured address and dials, in the cluster
+// network, the destinations the servers ask for.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+)
+
+// Options configures an Agent.
+type Options struct {
+	// ServerAddress is host:port of the proxy server(s), often a load
+	// balancer in front of several.
+	ServerAddress    string
+	AgentID          string
+	AgentIdentifiers string // URL-encoded: ipv4, ipv6, host, cidr, default-route
+
+	SyncInterval    time.Duration // first retry delay, doubled up to SyncIntervalCap
+	SyncIntervalCap time.Duration
+	ProbeInterval   time.Duration
+	// SyncForever keeps connecting after serverCount servers are held, so
+	// a raised server count is noticed.
+	SyncForever bool
+
+	// TLS nil means plaintext.
+	TLS                     *tls.Config
+	ServiceAccountTokenPath string
+	KeepaliveTime           time.Duration
+	DialTimeout             time.Duration
+	// DrainTimeout is how long Run waits, after telling servers it drains,
+	// for proxied connections to end.
+	DrainTimeout time.Duration
+
+	// DisableStreams does not offer the streams-v1 extension, so the agent
+	// behaves exactly as an upstream agent (tests, comparisons).
+	DisableStreams bool
+
+	HealthAddress   string
+	AdminAddress    string
+	EnableProfiling bool
+	Registry        *prometheus.Registry
+}
+
+// Agent is a running (or runnable) proxy agent.
+type Agent struct {
+	opts   Options
+	logger logr.Logger
+	m      *metrics
+	reg    *prometheus.Registry
+
+	healthLn, adminLn net.Listener
+
+	mu          sync.Mutex
+	sessions    map[string]*session
+	serverCount int
+	draining    bool
+	changed     chan struct{}
+	liveConns   atomic.Int64
+	lastErr     error
+}
+
+// LastError is the last failure to connect to a server, nil once one
+// succeeds: what an operator needs when the agent never becomes ready.
+func (a *Agent) LastError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+func (a *Agent) setLastError(err error) {
+	a.mu.Lock()
+	a.lastErr = err
+	a.mu.Unlock()
+}
+
+var errDuplicate = errors.New("already connected to this server")
+
+// New validates opts and opens the health and admin listeners.
+func New(opts Options) (*Agent, error) {
+	if opts.ServerAddress == "" {
+		return nil, errors.New("no proxy server address")
+	}
+	if opts.AgentID == "" {
+		opts.AgentID = randomID()
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = time.Second
+	}
+	if opts.SyncIntervalCap < opts.SyncInterval {
+		opts.SyncIntervalCap = max(opts.SyncInterval, 10*time.Second)
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = time.Second
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, serverCount: 1,
+		changed: make(chan struct{}, 1)}
+	if a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+	}
+	a.m = newMetrics(a.reg)
+	a.logger = klog.Background().WithName("proxy-agent").WithValues("agentID", opts.AgentID)
+	var err error
+	if opts.HealthAddress != "" {
+		if a.healthLn, err = net.Listen("tcp", opts.HealthAddress); err != nil {
+			return nil, fmt.Errorf("health listener: %w", err)
+		}
+	}
+	if opts.AdminAddress != "" {
+		if a.adminLn, err = net.Listen("tcp", opts.AdminAddress); err != nil {
+			if a.healthLn != nil {
+				_ = a.healthLn.Close()
+			}
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// ID is the agent ID sent to servers.
+func (a *Agent) ID() string { return a.opts.AgentID }
+
+// HealthAddr and AdminAddr are nil when disabled.
+func (a *Agent) HealthAddr() net.Addr {
+	if a.healthLn == nil {
+		return nil
+	}
+	return a.healthLn.Addr()
+}
+
+func (a *Agent) AdminAddr() net.Addr {
+	if a.adminLn == nil {
+		return nil
+	}
+	return a.adminLn.Addr()
+}
+
+// Registry holds the agent's metrics.
+func (a *Agent) Registry() *prometheus.Registry { return a.reg }
+
+// ServerIDs are the servers the agent holds a control stream to.
+func (a *Agent) ServerIDs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]string, 0, len(a.sessions))
+	for id := range a.sessions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Ready is true while the agent holds at least one server.
+func (a *Agent) Ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.sessions) > 0 && !a.draining
+}
+
+// Run connects and serves until ctx is cancelled, then drains.
+func (a *Agent) Run(ctx context.Context) error {
+	a.logger = klog.FromContext(ctx).WithName("proxy-agent").WithValues("agentID", a.opts.AgentID)
+	var servers []*http.Server
+	for _, l := range []net.Listener{a.healthLn, a.adminLn} {
+		if l == nil {
+			continue
+		}
+		hs := &http.Server{Handler: a.mux(l == a.adminLn && a.opts.EnableProfiling), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, hs)
+		go func() { _ = hs.Serve(l) }()
+	}
+	defer func() {
+		for _, hs := range servers {
+			_ = hs.Close()
+		}
+	}()
+	a.logger.Info("Proxy agent running", "server", a.opts.ServerAddress, "identifiers", a.opts.AgentIdentifiers,
+		"streamsV1", !a.opts.DisableStreams)
+	a.syncLoop(ctx)
+	a.drain()
+	return nil
+}
+
+// syncLoop keeps as many control streams as servers exist. Every attempt
+// is a new TCP connection, so a load balancer can route it to a server the
+// agent does not hold yet; duplicates are closed.
+func (a *Agent) syncLoop(ctx context.Context) {
+	delay := a.opts.SyncInterval
+	for ctx.Err() == nil {
+		held, want := a.counts()
+		if held < want || a.opts.SyncForever {
+			err := a.connectOnce(ctx)
+			switch {
+			case err == nil:
+				a.setLastError(nil)
+				delay = a.opts.SyncInterval
+				if held+1 < want {
+					continue
+				}
+			case errors.Is(err, errDuplicate):
+				a.logger.V(4).Info("Reached a server already held", "held", held, "serverCount", want)
+				delay = min(delay*2, a.opts.SyncIntervalCap)
+			default:
+				if ctx.Err() != nil {
+					return
+				}
+				a.m.serverConnFailures.Inc()
+				a.setLastError(err)
+				a.logger.Info("Connecting to proxy server failed", "server", a.opts.ServerAddress, "err", err, "retryIn", delay)
+				delay = min(delay*2, a.opts.SyncIntervalCap)
+			}
+		}
+		wait := delay
+		if held, want := a.counts(); held >= want && a.opts.SyncForever {
+			wait = a.opts.SyncIntervalCap
+		} else if held >= want {
+			wait = time.Hour
+		}
+		// Jitter spreads a fleet of agents reconnecting after a server restart.
+		wait += time.Duration(rand.Int64N(int64(wait)/10 + 1))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-a.changed:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) counts() (held, want int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.sessions), a.serverCount
+}
+
+func (a *Agent) signal() {
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) addSession(s *session, serverCount int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if serverCount > 0 {
+		a.serverCount = serverCount
+		a.m.knownServerCount.Set(float64(serverCount))
+	}
+	if _, dup := a.sessions[s.serverID]; dup {
+		return errDuplicate
+	}
+	a.sessions[s.serverID] = s
+	a.m.openServerConns.Set(float64(len(a.sessions)))
+	return nil
+}
+
+func (a *Agent) removeSession(s *session) {
+	a.mu.Lock()
+	if a.sessions[s.serverID] == s {
+		delete(a.sessions, s.serverID)
+	}
+	a.m.openServerConns.Set(float64(len(a.sessions)))
+	a.mu.Unlock()
+	a.signal()
+}
+
+// drain tells every server the agent is going away, waits for proxied
+// connections to end (up to DrainTimeout) and closes the sessions.
+func (a *Agent) drain() {
+	a.mu.Lock()
+	a.draining = true
+	sessions := make([]*session, 0, len(a.sessions))
+	for _, s := range a.sessions {
+		sessions = append(sessions, s)
+	}
+	a.mu.Unlock()
+	for _, s := range sessions {
+		s.sendDrain()
+	}
+	// Polling keeps the per-connection path free of drain bookkeeping.
+	for deadline := time.Now().Add(a.opts.DrainTimeout); a.liveConns.Load() > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			a.logger.Info("Drain timed out; closing remaining connections", "liveConnections", a.liveConns.Load())
+			break
+		}
+	}
+	for _, s := range sessions {
+		s.close()
+	}
+	for _, s := range sessions {
+		<-s.done
+	}
+	a.logger.Info("Proxy agent stopped")
+}
+
+func randomID() string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 16)
+	for i := range b {
+		b[i] = hex[rand.IntN(16)]
+	}
+	return string(b)
+}

@@ -1,0 +1,172 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/metadata"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/portside-io/portside/internal/netproxy"
+)
+
+// dial connects to a destination and answers the server.
+func (s *session) dial(r *client.DialRequest) {
+	logger := s.logger.WithValues("dialID", r.Random, "address", r.Address)
+	ctx, cancel := context.WithTimeout(s.ctx, s.a.opts.DialTimeout)
+	s.mu.Lock()
+	s.dials[r.Random] = cancel
+	s.mu.Unlock()
+	start := time.Now()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, r.Protocol, r.Address)
+	s.mu.Lock()
+	delete(s.dials, r.Random)
+	s.mu.Unlock()
+	cancel()
+	if err != nil {
+		s.a.m.dialFailed(err)
+		logger.V(2).Info("Dial failed", "err", err)
+		_ = s.send(netproxy.DialRsp(r.Random, 0, err.Error()))
+		return
+	}
+	s.a.m.dialDuration.Observe(time.Since(start).Seconds())
+	connID := s.nextID.Add(1)
+	s.a.liveConns.Add(1)
+	s.a.m.openEndpointConns.Inc()
+	defer func() {
+		s.a.liveConns.Add(-1)
+		s.a.m.openEndpointConns.Dec()
+	}()
+	if s.v1 {
+		s.serveOwnStream(nc, r.Random, connID, logger)
+		return
+	}
+	s.serveMuxed(nc, r.Random, connID)
+}
+
+// muxQueue is how many DATA packets a multiplexed connection may have
+// queued for its destination.
+const muxQueue = 16
+
+// muxConn is a connection carried on the control stream (upstream server).
+type muxConn struct {
+	nc    net.Conn
+	queue chan []byte
+	done  chan struct{} // closed when the connection is torn down
+}
+
+// serveMuxed carries a connection on the control stream (upstream server).
+func (s *session) serveMuxed(nc net.Conn, random, connID int64) {
+	c := &muxConn{nc: nc, queue: make(chan []byte, muxQueue), done: make(chan struct{})}
+	defer close(c.done)
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.conns[connID] = c
+	s.mu.Unlock()
+	if err := s.send(netproxy.DialRsp(random, connID, "")); err != nil {
+		s.forget(connID)
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		for {
+			select {
+			case b := <-c.queue:
+				if _, err := nc.Write(b); err != nil {
+					// The reader sees the close and answers CLOSE_RSP.
+					_ = nc.Close()
+					return
+				}
+			case <-c.done:
+				return
+			}
+		}
+	}()
+	pumpToServer(nc, connID, s.send)
+	s.forget(connID)
+	_ = nc.Close()
+	_ = s.send(netproxy.CloseRsp(connID, ""))
+}
+
+func (s *session) forget(connID int64) {
+	s.mu.Lock()
+	delete(s.conns, connID)
+	s.mu.Unlock()
+}
+
+// serveOwnStream carries a connection on a stream of its own (streams-v1):
+// flow control of that stream alone throttles this connection.
+func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.Logger) {
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	md := metadata.Pairs(header.AgentID, s.a.opts.AgentID,
+		netproxy.HeaderSession, s.token, netproxy.HeaderDial, strconv.FormatInt(random, 10))
+	ds, err := s.client.Connect(metadata.NewOutgoingContext(ctx, md))
+	if err != nil {
+		logger.V(2).Info("Opening the connection stream failed", "err", err)
+		return
+	}
+	if err := ds.Send(netproxy.DialRsp(random, connID, "")); err != nil {
+		return
+	}
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		defer cancel()
+		for {
+			pkt, err := ds.Recv()
+			if err != nil {
+				_ = nc.Close()
+				return
+			}
+			switch pkt.Type {
+			case client.PacketType_DATA:
+				if _, err := nc.Write(pkt.GetData().GetData()); err != nil {
+					// The reader sees the close and answers CLOSE_RSP.
+					_ = nc.Close()
+				}
+			case client.PacketType_CLOSE_REQ:
+				_ = nc.Close()
+			}
+		}
+	}()
+	pumpToServer(nc, connID, ds.Send)
+	if ds.Send(netproxy.CloseRsp(connID, "")) == nil {
+		_ = ds.CloseSend()
+	}
+	<-wdone
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, netproxy.CopyBufSize); return &b }}
+
+// pumpToServer sends what the destination writes until it closes.
+func pumpToServer(nc net.Conn, connID int64, send func(*client.Packet) error) {
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	pkt := netproxy.Data(connID, nil)
+	d := pkt.GetData()
+	for {
+		n, err := nc.Read(buf)
+		if n > 0 {
+			d.Data = buf[:n]
+			if send(pkt) != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/portside-io/portside/internal/netproxy"
+)
+
+// agentService implements AgentService for agents.
+type agentService struct {
+	agentpb.UnimplementedAgentServiceServer
+	s *Server
+}
+
+// Connect serves an agent's control stream, or, when it names a dial, a
+// streams-v1 per-connection stream.
+func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
+	s := a.s
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	if len(md.Get(netproxy.HeaderDial)) > 0 {
+		return s.serveDataStream(stream, md)
+	}
+	s.m.connectConns.Inc()
+	defer s.m.connectConns.Dec()
+
+	agentID := first(md.Get(header.AgentID))
+	if agentID == "" {
+		return status.Error(codes.InvalidArgument, "missing agentID in metadata")
+	}
+	logger := s.logger.WithValues("agentID", agentID)
+	ids, err := header.GenAgentIdentifiers(first(md.Get(header.AgentIdentifiers)))
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "bad agentIdentifiers: %v", err)
+	}
+	if s.opts.TokenAuth != nil {
+		user, err := s.opts.TokenAuth.Authenticate(stream.Context(), md)
+		if err != nil {
+			logger.Info("Agent authentication failed", "err", err)
+			return status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err)
+		}
+		logger = logger.WithValues("user", user)
+	}
+	id, bad := NewIdentity(agentID, ids)
+	if len(bad) > 0 {
+		logger.Info("Ignoring malformed cidr identifiers", "cidrs", bad)
+	}
+	b := &backend{id: id, stream: stream, ctx: stream.Context(),
+		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
+	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.opts.ServerCount))
+	if !s.opts.DisableStreams && contains(md.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
+		b.streamsV1 = true
+		b.session = newSession()
+		hdr.Append(netproxy.HeaderFeatures, netproxy.FeatureStreamsV1)
+		hdr.Append(netproxy.HeaderSession, b.session)
+	}
+	if err := stream.SendHeader(hdr); err != nil {
+		return err
+	}
+	n := s.backends.add(b)
+	s.backendsChanged(n, b.streamsV1, 1)
+	logger.V(2).Info("Agent connected", "streamsV1", b.streamsV1, "agents", n)
+	defer func() {
+		n := s.backends.remove(b)
+		s.backendsChanged(n, b.streamsV1, -1)
+		pending, established := b.shutdown()
+		for _, c := range pending {
+			s.m.dialFailed(failBackendClose)
+			s.resolveFailed(c, "agent disconnected before the dial completed")
+		}
+		for _, c := range established {
+			if c.finish() {
+				s.connFinished()
+				c.fe.closed(c, "agent disconnected")
+				c.closeDone()
+			}
+		}
+		logger.V(2).Info("Agent disconnected", "agents", n, "abandonedDials", len(pending), "closedConnections", len(established))
+	}()
+	for {
+		pkt, err := stream.Recv()
+		if err != nil {
+			if err != io.EOF && status.Code(err) != codes.Canceled {
+				logger.V(2).Info("Agent stream ended", "err", err)
+			}
+			return nil
+		}
+		s.m.packet(segFromAgent, pkt.Type)
+		s.handleAgentPacket(b, pkt)
+	}
+}
+
+// handleAgentPacket applies one packet from an agent's control stream.
+// Frontend writes happen inline: for multiplexed agents that is upstream's
+// semantics (and its head-of-line blocking), for streams-v1 agents only
+// dial failures arrive here.
+func (s *Server) handleAgentPacket(b *backend, pkt *client.Packet) {
+	switch pkt.Type {
+	case client.PacketType_DIAL_RSP:
+		r := pkt.GetDialResponse()
+		if r == nil {
+			return
+		}
+		c := b.takePending(r.Random)
+		if c == nil {
+			s.m.dialFailed(failUnrecognized)
+			if r.ConnectID != 0 {
+				// The frontend gave up; the agent holds a connection nobody will use.
+				s.sendAgent(b, netproxy.CloseReq(r.ConnectID))
+			}
+			return
+		}
+		if r.Error != "" {
+			s.m.dialFailed(failErrorResponse)
+			s.resolveFailed(c, r.Error)
+			return
+		}
+		if b.streamsV1 {
+			// A streams-v1 agent answers success on the connection's own stream.
+			s.resolveFailed(c, "protocol error: agent answered a streams-v1 dial on its control stream")
+			s.sendAgent(b, netproxy.CloseReq(r.ConnectID))
+			return
+		}
+		c.establish(r.ConnectID, nil)
+		if !b.addConn(c) {
+			s.resolveFailed(c, "agent disconnected")
+			return
+		}
+		s.resolveOK(c)
+	case client.PacketType_DIAL_CLS:
+		r := pkt.GetCloseDial()
+		if r == nil {
+			return
+		}
+		if c := b.takePending(r.Random); c != nil {
+			s.m.dialFailed(failBackendClose)
+			s.resolveFailed(c, "dial closed by agent")
+		}
+	case client.PacketType_DATA:
+		d := pkt.GetData()
+		if d == nil || d.ConnectID == 0 {
+			return
+		}
+		c := b.getConn(d.ConnectID)
+		if c == nil {
+			s.sendAgent(b, netproxy.CloseReq(d.ConnectID))
+			return
+		}
+		s.m.packet(segToClient, pkt.Type)
+		if err := c.fe.data(pkt); err != nil {
+			// The frontend is gone; have the agent close its end.
+			s.sendAgent(b, netproxy.CloseReq(d.ConnectID))
+		}
+	case client.PacketType_CLOSE_RSP:
+		r := pkt.GetCloseResponse()
+		if r == nil {
+			return
+		}
+		if c := b.takeConn(r.ConnectID); c != nil && c.finish() {
+			s.connFinished()
+			c.fe.closed(c, r.Error)
+			c.closeDone()
+		}
+	case client.PacketType_DRAIN:
+		if !b.draining.Swap(true) {
+			s.logger.V(2).Info("Agent is draining", "agentID", b.id.AgentID)
+		}
+	default:
+		s.logger.V(5).Info("Ignoring packet from agent", "type", pkt.Type, "agentID", b.id.AgentID)
+	}
+}
+
+func (s *Server) sendAgent(b *backend, pkt *client.Packet) {
+	s.m.packet(segToAgent, pkt.Type)
+	if err := b.send(pkt); err != nil {
+		s.logger.V(4).Info("Send to agent failed", "agentID", b.id.AgentID, "type", pkt.Type, "err", err)
+	}
+}
+
+// serveDataStream serves a streams-v1 per-connection stream: the first
+// packet is the DIAL_RSP, then DATA from the agent until CLOSE_RSP. The
+// receive loop runs apart from the handler so that the handler can return,
+// and so reset the stream, when the frontend side ends first; otherwise a
+// close would have to queue behind data the destination is not reading.
+func (s *Server) serveDataStream(stream agentpb.AgentService_ConnectServer, md metadata.MD) error {
+	b := s.backends.session(first(md.Get(netproxy.HeaderSession)))
+	if b == nil {
+		return status.Error(codes.PermissionDenied, "unknown or expired proxy session")
+	}
+	random, err := strconv.ParseInt(first(md.Get(netproxy.HeaderDial)), 10, 64)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, "malformed dial id")
+	}
+	pkt, err := stream.Recv()
+	if err != nil {
+		return nil
+	}
+	r := pkt.GetDialResponse()
+	if pkt.Type != client.PacketType_DIAL_RSP || r == nil || r.Random != random {
+		return status.Error(codes.InvalidArgument, "a connection stream must start with its DIAL_RSP")
+	}
+	s.m.packet(segFromAgent, pkt.Type)
+	c := b.takePending(random)
+	if c == nil {
+		s.m.dialFailed(failUnrecognized)
+		return status.Error(codes.NotFound, "dial no longer pending")
+	}
+	if r.Error != "" {
+		s.m.dialFailed(failErrorResponse)
+		s.resolveFailed(c, r.Error)
+		return nil
+	}
+	ds := &dataStream{stream: stream}
+	c.establish(r.ConnectID, ds)
+	if !s.resolveOK(c) {
+		return nil
+	}
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.pumpFromAgent(c, stream)
+	}()
+	select {
+	case <-loopDone:
+	case <-c.abort:
+	}
+	return nil
+}
+
+// pumpFromAgent moves one connection's packets from its stream to the
+// frontend; a blocked frontend blocks only this stream.
+func (s *Server) pumpFromAgent(c *conn, stream agentpb.AgentService_ConnectServer) {
+	for {
+		pkt, err := stream.Recv()
+		if err != nil {
+			if c.finish() {
+				s.connFinished()
+				c.fe.closed(c, "agent connection lost")
+				c.closeDone()
+			}
+			return
+		}
+		s.m.packet(segFromAgent, pkt.Type)
+		switch pkt.Type {
+		case client.PacketType_DATA:
+			s.m.packet(segToClient, pkt.Type)
+			if err := c.fe.data(pkt); err != nil {
+				if c.finish() {
+					s.connFinished()
+					c.closeDone()
+				}
+				return
+			}
+		case client.PacketType_CLOSE_RSP:
+			msg := ""
+			if r := pkt.GetCloseResponse(); r != nil {
+				msg = r.Error
+			}
+			if c.finish() {
+				s.connFinished()
+				c.fe.closed(c, msg)
+				c.closeDone()
+			}
+			return
+		}
+	}
+}
+
+func newSession() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	authv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"google.golang.org/grpc/metadata"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+)
+
+// TokenAuth authenticates agents by their ServiceAccount token with a
+// TokenReview, as upstream does with --agent-namespace and
+// --agent-service-account.
+type TokenAuth struct {
+	Namespace      string
+	ServiceAccount string
+	Audience       string
+	Client         kubernetes.Interface
+}
+
+// Authenticate checks the bearer token in the agent's metadata and returns
+// the ServiceAccount username.
+func (a *TokenAuth) Authenticate(ctx context.Context, md metadata.MD) (string, error) {
+	tok, err := bearerToken(md)
+	if err != nil {
+		return "", err
+	}
+	review := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: tok}}
+	if a.Audience != "" {
+		review.Spec.Audiences = []string{a.Audience}
+	}
+	r, err := a.Client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token review failed: %w", err)
+	}
+	if r.Status.Error != "" {
+		return "", fmt.Errorf("token review error: %s", r.Status.Error)
+	}
+	if !r.Status.Authenticated {
+		return "", errors.New("token not authenticated")
+	}
+	if a.Audience != "" && len(r.Status.Audiences) > 0 && !contains(r.Status.Audiences, a.Audience) {
+		return "", fmt.Errorf("token audiences %v do not include %q", r.Status.Audiences, a.Audience)
+	}
+	if err := checkServiceAccountUser(r.Status.User.Username, a.Namespace, a.ServiceAccount); err != nil {
+		return "", err
+	}
+	return r.Status.User.Username, nil
+}
+
+func bearerToken(md metadata.MD) (string, error) {
+	vals := md.Get(header.AuthenticationTokenContextKey)
+	switch {
+	case len(vals) == 0:
+		return "", errors.New("no bearer token in metadata (Authorization)")
+	case len(vals) > 1:
+		return "", fmt.Errorf("%d tokens received, want one", len(vals))
+	}
+	tok, ok := strings.CutPrefix(vals[0], header.AuthenticationTokenContextSchemePrefix)
+	if !ok || tok == "" {
+		return "", fmt.Errorf("token does not have the %q prefix", header.AuthenticationTokenContextSchemePrefix)
+	}
+	return tok, nil
+}
+
+// checkServiceAccountUser decides whether a reviewed username is the
+// expected agent ServiceAccount.
+func checkServiceAccountUser(username, namespace, serviceAccount string) error {
+	parts := strings.Split(username, ":")
+	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" {
+		return fmt.Errorf("user %q is not a service account", username)
+	}
+	if parts[2] != namespace || parts[3] != serviceAccount {
+		return fmt.Errorf("service account %s/%s is not the agent's %s/%s", parts[2], parts[3], namespace, serviceAccount)
+	}
+	return nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

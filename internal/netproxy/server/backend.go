@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+)
+
+// backend is one agent's control stream to this server. An upstream agent
+// multiplexes every connection on it; a streams-v1 agent receives only
+// DIAL_REQ/DIAL_CLS here and answers successful dials on streams of their own.
+type backend struct {
+	id        Identity
+	streamsV1 bool
+	session   string
+	stream    agentpb.AgentService_ConnectServer
+	ctx       context.Context
+	draining  atomic.Bool
+
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[int64]*conn // by DialRequest.random
+	conns   map[int64]*conn // established, by connectID; multiplexed (upstream) agents only
+}
+
+func (b *backend) send(pkt *client.Packet) error {
+	b.sendMu.Lock()
+	defer b.sendMu.Unlock()
+	return b.stream.Send(pkt)
+}
+
+func (b *backend) addPending(c *conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	if _, dup := b.pending[c.random]; dup {
+		return false
+	}
+	b.pending[c.random] = c
+	return true
+}
+
+// takePending removes and returns the pending dial; whoever gets it
+// resolves it.
+func (b *backend) takePending(random int64) *conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.pending[random]
+	if c != nil {
+		delete(b.pending, random)
+	}
+	return c
+}
+
+// takePendingIf removes the pending dial only if it is c (a frontend
+// abandoning its own dial must not cancel another frontend's same random).
+func (b *backend) takePendingIf(c *conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending[c.random] != c {
+		return false
+	}
+	delete(b.pending, c.random)
+	return true
+}
+
+func (b *backend) addConn(c *conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.conns[c.connectID] = c
+	return true
+}
+
+func (b *backend) getConn(connectID int64) *conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conns[connectID]
+}
+
+func (b *backend) takeConn(connectID int64) *conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.conns[connectID]
+	delete(b.conns, connectID)
+	return c
+}
+
+// shutdown marks the backend gone and hands back everything still tied to
+// its stream.
+func (b *backend) shutdown() (pending, established []*conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for k, c := range b.pending {
+		pending = append(pending, c)
+		delete(b.pending, k)
+	}
+	for k, c := range b.conns {
+		established = append(established, c)
+		delete(b.conns, k)
+	}
+	return pending, established
+}
+
+func (b *backend) counts() (pending, established int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending), len(b.conns)
+}
+
+// registry holds the connected backends.
+type registry struct {
+	mu        sync.RWMutex
+	list      []*backend
+	bySession map[string]*backend
+}
+
+func (r *registry) add(b *backend) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.list = append(r.list, b)
+	if b.session != "" {
+		r.bySession[b.session] = b
+	}
+	return len(r.list)
+}
+
+func (r *registry) remove(b *backend) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range r.list {
+		if x == b {
+			r.list = append(r.list[:i:i], r.list[i+1:]...)
+			break
+		}
+	}
+	if b.session != "" {
+		delete(r.bySession, b.session)
+	}
+	return len(r.list)
+}
+
+func (r *registry) session(tok string) *backend {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.bySession[tok]
+}
+
+func (r *registry) len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.list)
+}
+
+// choose applies the routing decision to the current backends.
+func (r *registry) choose(strategies []Strategy, address string) (*backend, Strategy) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ids := make([]Identity, len(r.list))
+	for i, b := range r.list {
+		ids[i] = b.id
+		ids[i].Draining = b.draining.Load()
+	}
+	idx, s := Eligible(strategies, address, ids)
+	if len(idx) == 0 {
+		return nil, ""
+	}
+	return r.list[pick(idx)], s
+}
+
+func (r *registry) snapshot() []*backend {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return append([]*backend(nil), r.list...)
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+)
+
+// frontend is where a proxied connection's answers go: a ProxyService
+// stream (kube-apiserver's konnectivity client) or a hijacked HTTP CONNECT
+// connection. Calls come from the goroutine that reads the agent side, in
+// protocol order, so dialed always precedes the first data.
+type frontend interface {
+	dialed(c *conn) error
+	dialFailed(c *conn, msg string)
+	data(pkt *client.Packet) error
+	closed(c *conn, msg string)
+	kind() string
+}
+
+type connState int
+
+const (
+	statePending connState = iota
+	stateEstablished
+	stateFinished
+)
+
+// conn is one proxied connection on the server. Removing it from its
+// backend's pending map is what entitles a goroutine to resolve the dial,
+// so a DIAL_RSP, a dial timeout, a DIAL_CLS and an agent going away can
+// race without double answers to the frontend.
+type conn struct {
+	random  int64
+	address string
+	fe      frontend
+	be      *backend
+	start   time.Time
+	timer   *time.Timer
+
+	mu        sync.Mutex
+	state     connState
+	connectID int64
+	ds        *dataStream // streams-v1 only: this connection's own stream
+
+	dialDone  chan struct{} // closed once the dial is resolved either way
+	done      chan struct{} // closed once finished
+	abort     chan struct{} // closed to make the data stream handler return
+	abortOnce sync.Once
+	doneOnce  sync.Once
+}
+
+func newConn(random int64, address string, fe frontend, be *backend) *conn {
+	return &conn{random: random, address: address, fe: fe, be: be, start: time.Now(),
+		dialDone: make(chan struct{}), done: make(chan struct{}), abort: make(chan struct{})}
+}
+
+// establish moves a pending connection to established; the caller owns
+// the resolution (it took c out of the pending map).
+func (c *conn) establish(connectID int64, ds *dataStream) {
+	c.mu.Lock()
+	c.state = stateEstablished
+	c.connectID = connectID
+	c.ds = ds
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+}
+
+// fail resolves a pending connection as failed.
+func (c *conn) fail() {
+	c.mu.Lock()
+	c.state = stateFinished
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+	c.closeDone()
+}
+
+// finish ends an established connection; only the first caller gets true
+// and must tell the frontend, then call closeDone.
+func (c *conn) finish() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateEstablished {
+		return false
+	}
+	c.state = stateFinished
+	c.doAbort()
+	return true
+}
+
+// closeDone signals the frontend handler waiting after its CLOSE_REQ; it
+// comes after the frontend was answered, or the handler's return would
+// end the stream before the CLOSE_RSP is on it.
+func (c *conn) closeDone() { c.doneOnce.Do(func() { close(c.done) }) }
+
+func (c *conn) doAbort() { c.abortOnce.Do(func() { close(c.abort) }) }
+
+func (c *conn) snapshot() (connState, int64, *dataStream) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, c.connectID, c.ds
+}
+
+// toAgent sends a frontend packet (DATA, CLOSE_REQ) the agent's way: on
+// the connection's own stream, or multiplexed on the agent's stream.
+func (c *conn) toAgent(pkt *client.Packet) error {
+	_, _, ds := c.snapshot()
+	if ds != nil {
+		return ds.send(pkt)
+	}
+	return c.be.send(pkt)
+}
+
+// dataStream is the server end of a streams-v1 per-connection stream.
+type dataStream struct {
+	mu     sync.Mutex
+	stream agentpb.AgentService_ConnectServer
+}
+
+func (d *dataStream) send(pkt *client.Packet) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stream.Send(pkt)
+}

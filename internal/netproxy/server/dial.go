@@ -1,0 +1,146 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/portside-io/portside/internal/netproxy"
+)
+
+// dial registers a dial for fe on a chosen agent and sends the DIAL_REQ.
+// The answer reaches fe through its dialed/dialFailed callbacks.
+func (s *Server) dial(fe frontend, random int64, protocol, address string) (*conn, error) {
+	if s.stopping.Load() {
+		return nil, errors.New("proxy server is shutting down")
+	}
+	switch protocol {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, fmt.Errorf("protocol %q not supported", protocol)
+	}
+	if address == "" {
+		return nil, errors.New("empty dial address")
+	}
+	b, _ := s.backends.choose(s.opts.Strategies, address)
+	if b == nil {
+		s.m.dialFailed(failNoAgent)
+		return nil, ErrNoAgent
+	}
+	c := newConn(random, address, fe, b)
+	if !b.addPending(c) {
+		return nil, errors.New("agent unavailable or duplicate dial id")
+	}
+	s.m.pendingDials.Inc()
+	if t := s.opts.BackendDialTimeout; t > 0 {
+		c.mu.Lock()
+		c.timer = time.AfterFunc(t, func() {
+			if b.takePendingIf(c) {
+				s.m.dialFailed(failTimeout)
+				s.resolveFailed(c, fmt.Sprintf("dial timeout: agent %s did not answer the dial to %s within %s", b.id.AgentID, address, t))
+				s.sendAgent(b, netproxy.DialCls(random))
+			}
+		})
+		c.mu.Unlock()
+	}
+	s.m.packet(segToAgent, client.PacketType_DIAL_REQ)
+	if err := b.send(netproxy.DialReq(random, protocol, address)); err != nil {
+		if b.takePendingIf(c) {
+			s.m.dialFailed(failBackendClose)
+			s.resolveFailed(c, "sending the dial to the agent failed: "+err.Error())
+		}
+	}
+	return c, nil
+}
+
+// resolveOK tells the frontend its dial succeeded; false when the frontend
+// is already gone (the connection is then closed).
+func (s *Server) resolveOK(c *conn) bool {
+	s.m.pendingDials.Dec()
+	s.m.dialOK(c.start)
+	s.m.established.Inc()
+	s.liveConn.Add(1)
+	err := c.fe.dialed(c)
+	close(c.dialDone)
+	if err != nil {
+		s.m.dialFailed(failSendResponse)
+		if c.finish() {
+			s.connFinished()
+			c.closeDone()
+		}
+		if _, id, ds := c.snapshot(); ds == nil {
+			c.be.takeConn(id)
+			s.sendAgent(c.be, netproxy.CloseReq(id))
+		}
+		return false
+	}
+	return true
+}
+
+func (s *Server) resolveFailed(c *conn, msg string) {
+	s.m.pendingDials.Dec()
+	c.fail()
+	c.fe.dialFailed(c, msg)
+	close(c.dialDone)
+}
+
+func (s *Server) connFinished() {
+	s.m.established.Dec()
+	s.liveConn.Add(-1)
+}
+
+// abandonDial handles a frontend that gave up on a pending dial.
+func (s *Server) abandonDial(c *conn) {
+	if !c.be.takePendingIf(c) {
+		return
+	}
+	s.m.pendingDials.Dec()
+	s.m.dialFailed(failFrontendClose)
+	c.fail()
+	close(c.dialDone)
+	s.sendAgent(c.be, netproxy.DialCls(c.random))
+}
+
+// closeFromFrontend handles CLOSE_REQ. On a connection's own stream the
+// server answers at once and resets the stream (the agent closes its
+// socket when the stream ends); multiplexed, the agent answers.
+func (s *Server) closeFromFrontend(c *conn) {
+	state, connectID, ds := c.snapshot()
+	if state != stateEstablished {
+		return
+	}
+	if ds != nil {
+		if c.finish() {
+			s.connFinished()
+			c.fe.closed(c, "")
+			c.closeDone()
+		}
+		return
+	}
+	s.m.packet(segToAgent, client.PacketType_CLOSE_REQ)
+	if err := c.be.send(netproxy.CloseReq(connectID)); err != nil {
+		if c.be.takeConn(connectID) != nil && c.finish() {
+			s.connFinished()
+			c.fe.closed(c, "agent connection lost")
+			c.closeDone()
+		}
+	}
+}
+
+// frontendGone handles a frontend that disappeared without closing.
+func (s *Server) frontendGone(c *conn) {
+	state, connectID, ds := c.snapshot()
+	switch {
+	case state == statePending:
+		s.abandonDial(c)
+	case state == stateEstablished && ds != nil:
+		if c.finish() {
+			s.connFinished()
+			c.closeDone()
+		}
+	case state == stateEstablished:
+		s.sendAgent(c.be, netproxy.CloseReq(connectID))
+	}
+}

@@ -1,0 +1,185 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/portside-io/portside/internal/netproxy/tlsutil"
+)
+
+// Flags are upstream proxy-server's command-line flags, with their
+// defaults; Options turns them into server Options.
+type Flags struct {
+	Mode, UDSName                                     string
+	DeleteUDSFile                                     bool
+	ServerPort, AgentPort, HealthPort, AdminPort      int
+	ServerBind, AgentBind, HealthBind, AdminBind      string
+	ServerCert, ServerKey, ServerCACert               string
+	ClusterCert, ClusterKey, ClusterCACert            string
+	CipherSuites                                      []string
+	KeepaliveTime, FrontendKeepaliveTime              time.Duration
+	ServerID                                          string
+	ServerCount                                       int
+	ProxyStrategies                                   string
+	AgentNamespace, AgentServiceAccount, AuthAudience string
+	Kubeconfig                                        string
+	KubeconfigQPS                                     float32
+	KubeconfigBurst                                   int
+	BackendDialTimeout, GracefulShutdownTimeout       time.Duration
+	EnableProfiling                                   bool
+	Streams                                           bool
+
+	ignored map[string]struct{}
+}
+
+// ignoredFlags are upstream flags Portside accepts and does not implement:
+// a drop-in replacement must not fail on a manifest written for upstream.
+var ignoredFlags = map[string]string{
+	"xfr-channel-size":            "10",
+	"enable-lease-controller":     "false",
+	"lease-namespace":             "kube-system",
+	"lease-label":                 "k8s-app=konnectivity-server",
+	"kube-api-content-type":       "application/vnd.kubernetes.protobuf",
+	"enable-contention-profiling": "false",
+	"warn-on-channel-limit":       "true",
+}
+
+// NewFlags returns upstream's defaults.
+func NewFlags() *Flags {
+	return &Flags{Mode: ModeGRPC, DeleteUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
+		AdminPort: 8095, AdminBind: "127.0.0.1", KeepaliveTime: time.Hour, FrontendKeepaliveTime: time.Hour,
+		ServerID: os.Getenv("PROXY_SERVER_ID"), ServerCount: 1, ProxyStrategies: "default",
+		GracefulShutdownTimeout: 15 * time.Second, Streams: true, ignored: map[string]struct{}{}}
+}
+
+// AddFlags registers the flags on fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Mode, "mode", f.Mode, "Frontend protocol: 'grpc' or 'http-connect'.")
+	fs.StringVar(&f.UDSName, "uds-name", f.UDSName, "Unix socket for the frontend; empty serves the frontend on TCP --server-port.")
+	fs.BoolVar(&f.DeleteUDSFile, "delete-existing-uds-file", f.DeleteUDSFile, "Delete an existing --uds-name file before listening.")
+	fs.IntVar(&f.ServerPort, "server-port", f.ServerPort, "Port for frontend (kube-apiserver) connections; ignored with --uds-name.")
+	fs.StringVar(&f.ServerBind, "server-bind-address", f.ServerBind, "Bind address for frontend connections; empty binds all interfaces.")
+	fs.IntVar(&f.AgentPort, "agent-port", f.AgentPort, "Port for agent connections.")
+	fs.StringVar(&f.AgentBind, "agent-bind-address", f.AgentBind, "Bind address for agent connections; empty binds all interfaces.")
+	fs.IntVar(&f.HealthPort, "health-port", f.HealthPort, "Port for /healthz, /readyz and /metrics.")
+	fs.StringVar(&f.HealthBind, "health-bind-address", f.HealthBind, "Bind address for health connections; empty binds all interfaces.")
+	fs.IntVar(&f.AdminPort, "admin-port", f.AdminPort, "Port for /metrics and, with --enable-profiling, /debug/pprof.")
+	fs.StringVar(&f.AdminBind, "admin-bind-address", f.AdminBind, "Bind address for admin connections.")
+	fs.StringVar(&f.ServerCert, "server-cert", f.ServerCert, "Frontend serving certificate; empty serves the TCP frontend in plaintext.")
+	fs.StringVar(&f.ServerKey, "server-key", f.ServerKey, "Frontend serving key.")
+	fs.StringVar(&f.ServerCACert, "server-ca-cert", f.ServerCACert, "CA that frontend (kube-apiserver) client certificates must chain to.")
+	fs.StringVar(&f.ClusterCert, "cluster-cert", f.ClusterCert, "Agent-facing serving certificate; empty serves agents in plaintext.")
+	fs.StringVar(&f.ClusterKey, "cluster-key", f.ClusterKey, "Agent-facing serving key.")
+	fs.StringVar(&f.ClusterCACert, "cluster-ca-cert", f.ClusterCACert, "CA that agent client certificates must chain to.")
+	fs.StringSliceVar(&f.CipherSuites, "cipher-suites", f.CipherSuites, "Allowed TLS 1.2 cipher suites (IANA names); empty uses Go's defaults.")
+	fs.DurationVar(&f.KeepaliveTime, "keepalive-time", f.KeepaliveTime, "gRPC keepalive time on agent connections.")
+	fs.DurationVar(&f.FrontendKeepaliveTime, "frontend-keepalive-time", f.FrontendKeepaliveTime, "gRPC keepalive time on frontend connections.")
+	fs.StringVar(&f.ServerID, "server-id", f.ServerID, "Unique ID of this server (default $PROXY_SERVER_ID, else random).")
+	fs.IntVar(&f.ServerCount, "server-count", f.ServerCount, "Number of proxy server instances agents should connect to.")
+	fs.StringVar(&f.ProxyStrategies, "proxy-strategies", f.ProxyStrategies, "Comma-ordered agent selection strategies: destHost, defaultRoute, default.")
+	fs.StringVar(&f.AgentNamespace, "agent-namespace", f.AgentNamespace, "Namespace of the agents' ServiceAccount (token authentication).")
+	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
+	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry.")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews; empty uses the in-cluster config.")
+	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for TokenReviews.")
+	fs.IntVar(&f.KubeconfigBurst, "kubeconfig-burst", f.KubeconfigBurst, "Client burst for TokenReviews.")
+	fs.DurationVar(&f.BackendDialTimeout, "backend-dial-timeout", f.BackendDialTimeout, "Fail a dial the agent has not answered within this time; 0 waits.")
+	fs.DurationVar(&f.GracefulShutdownTimeout, "graceful-shutdown-timeout", f.GracefulShutdownTimeout, "On SIGTERM, how long open tunnels may continue before they are closed.")
+	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
+	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside agents one stream per connection (no head-of-line blocking); upstream agents are unaffected.")
+	for name, def := range ignoredFlags {
+		usage := "Accepted for compatibility with upstream's proxy-server, and ignored."
+		if def == "true" || def == "false" {
+			// Bool flags must parse without a value (--enable-lease-controller).
+			fs.Bool(name, def == "true", usage)
+		} else {
+			fs.String(name, def, usage)
+		}
+		f.ignored[name] = struct{}{}
+	}
+}
+
+// Options builds server Options, loading certificates and the TokenReview
+// client; it logs the upstream flags that were set but are ignored.
+func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) {
+	for name := range f.ignored {
+		if fs.Changed(name) {
+			logger.Info("Ignoring upstream flag Portside does not implement", "flag", "--"+name)
+		}
+	}
+	strategies, err := ParseStrategies(f.ProxyStrategies)
+	if err != nil {
+		return Options{}, err
+	}
+	o := Options{Mode: f.Mode, UDSName: f.UDSName, DeleteUDSFile: f.DeleteUDSFile,
+		FrontendAddress: hostPort(f.ServerBind, f.ServerPort), AgentAddress: hostPort(f.AgentBind, f.AgentPort),
+		ServerID: f.ServerID, ServerCount: f.ServerCount, Strategies: strategies,
+		BackendDialTimeout: f.BackendDialTimeout, GracefulShutdownTimeout: f.GracefulShutdownTimeout,
+		KeepaliveTime: f.KeepaliveTime, FrontendKeepaliveTime: f.FrontendKeepaliveTime, DisableStreams: !f.Streams,
+		EnableProfiling: f.EnableProfiling}
+	if f.HealthPort > 0 {
+		o.HealthAddress = hostPort(f.HealthBind, f.HealthPort)
+	}
+	if f.AdminPort > 0 {
+		o.AdminAddress = hostPort(f.AdminBind, f.AdminPort)
+	}
+	if f.UDSName == "" {
+		if f.ServerCert != "" {
+			if o.FrontendTLS, err = tlsutil.Server(f.ServerCert, f.ServerKey, f.ServerCACert, f.CipherSuites); err != nil {
+				return Options{}, err
+			}
+		} else {
+			logger.Info("No --server-cert: the TCP frontend is plaintext")
+		}
+	}
+	if f.ClusterCert != "" {
+		if o.AgentTLS, err = tlsutil.Server(f.ClusterCert, f.ClusterKey, f.ClusterCACert, f.CipherSuites); err != nil {
+			return Options{}, err
+		}
+	} else {
+		logger.Info("No --cluster-cert: the agent port is plaintext")
+	}
+	if f.AgentNamespace != "" || f.AgentServiceAccount != "" {
+		if f.AgentNamespace == "" || f.AgentServiceAccount == "" {
+			return Options{}, errors.New("--agent-namespace and --agent-service-account go together")
+		}
+		cs, err := f.kubeClient()
+		if err != nil {
+			return Options{}, err
+		}
+		o.TokenAuth = &TokenAuth{Namespace: f.AgentNamespace, ServiceAccount: f.AgentServiceAccount,
+			Audience: f.AuthAudience, Client: cs}
+	}
+	return o, nil
+}
+
+func (f *Flags) kubeClient() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if f.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", f.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.KubeconfigQPS > 0 {
+		cfg.QPS = f.KubeconfigQPS
+	}
+	if f.KubeconfigBurst > 0 {
+		cfg.Burst = f.KubeconfigBurst
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

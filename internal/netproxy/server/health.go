@@ -1,0 +1,47 @@
+package server
+
+import (
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func (s *Server) healthMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case s.stopping.Load():
+			http.Error(w, "Proxy server is shutting down", http.StatusServiceUnavailable)
+		case s.backends.len() == 0:
+			http.Error(w, "Proxy server is not ready: no agent connected", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok"))
+		}
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (s *Server) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	if s.opts.EnableProfiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// backendsChanged updates the gauges after an agent comes or goes.
+func (s *Server) backendsChanged(n int, streamsV1 bool, delta float64) {
+	s.m.readyBackendConns.Set(float64(n))
+	for _, st := range s.opts.Strategies {
+		s.m.readyBackends.WithLabelValues(string(st)).Set(float64(n))
+	}
+	if streamsV1 {
+		s.m.streamsV1Backends.Add(delta)
+	}
+}

@@ -1,0 +1,104 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+)
+
+// Metric names follow upstream's pkg/server/metrics so dashboards and
+// alerts written for konnectivity keep working.
+const (
+	metricsNamespace = "konnectivity_network_proxy"
+	metricsSubsystem = "server"
+)
+
+// Dial failure reasons, upstream's label values.
+const (
+	failNoAgent       = "no_agent"
+	failErrorResponse = "error_response"
+	failUnrecognized  = "unrecognized_response"
+	failSendResponse  = "send_rsp"
+	failBackendClose  = "backend_close"
+	failFrontendClose = "frontend_close"
+	failTimeout       = "timeout"
+)
+
+// Packet segments, upstream's label values.
+const (
+	segFromClient = iota
+	segToClient
+	segFromAgent
+	segToAgent
+	numSegments
+)
+
+var segmentNames = [numSegments]string{"from_client", "to_client", "from_agent", "to_agent"}
+
+const numPacketTypes = 7
+
+type metrics struct {
+	dialDuration      prometheus.Histogram
+	grpcConnections   *prometheus.GaugeVec
+	httpConnections   prometheus.Gauge
+	readyBackendConns prometheus.Gauge
+	readyBackends     *prometheus.GaugeVec
+	pendingDials      prometheus.Gauge
+	established       prometheus.Gauge
+	dialFailures      *prometheus.CounterVec
+	streamPackets     *prometheus.CounterVec
+	streamErrors      *prometheus.CounterVec
+	streamsV1Backends prometheus.Gauge
+	// grpc_connections children, resolved once.
+	proxyConns, connectConns prometheus.Gauge
+	packets                  [numSegments][numPacketTypes + 1]prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}
+	}
+	m := &metrics{
+		dialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "dial_duration_seconds", Help: "Latency of dial to the remote endpoint in seconds",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
+		grpcConnections:   prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("grpc_connections", "Number of current grpc connections, partitioned by service method.")), []string{"service_method"}),
+		httpConnections:   prometheus.NewGauge(prometheus.GaugeOpts(opts("http_connections", "Number of current HTTP CONNECT connections"))),
+		readyBackendConns: prometheus.NewGauge(prometheus.GaugeOpts(opts("ready_backend_connections", "Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends"))),
+		readyBackends:     prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("ready_backends", "Number of konnectivity agent connected to the proxy server")), []string{"proxy_strategy"}),
+		pendingDials:      prometheus.NewGauge(prometheus.GaugeOpts(opts("pending_backend_dials", "Current number of pending backend dial requests"))),
+		established:       prometheus.NewGauge(prometheus.GaugeOpts(opts("established_connections", "Current number of established end-to-end connections (post-dial)."))),
+		dialFailures:      prometheus.NewCounterVec(prometheus.CounterOpts(opts("dial_failure_count", "Number of dial failures observed. Multiple failures can occur for a single dial request.")), []string{"reason"}),
+		streamPackets:     prometheus.NewCounterVec(prometheus.CounterOpts(opts("stream_packets_total", "Count of packets processed, by segment and packet type (example: from_client, DIAL_REQ)")), []string{"segment", "packet_type"}),
+		streamErrors:      prometheus.NewCounterVec(prometheus.CounterOpts(opts("stream_errors_total", "Count of gRPC stream errors, by segment, grpc Code, packet type. (example: from_agent, Code.Unavailable, DIAL_RSP)")), []string{"segment", "code", "packet_type"}),
+		streamsV1Backends: prometheus.NewGauge(prometheus.GaugeOpts(opts("portside_streams_v1_backends", "Number of connected agents using Portside's per-connection streams (no head-of-line blocking)."))),
+	}
+	reg.MustRegister(m.dialDuration, m.grpcConnections, m.httpConnections, m.readyBackendConns, m.readyBackends,
+		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends)
+	m.proxyConns = m.grpcConnections.WithLabelValues("Proxy")
+	m.connectConns = m.grpcConnections.WithLabelValues("Connect")
+	// Resolve the per-packet counters once: the hot path then costs one
+	// atomic add, not a label lookup.
+	for s := range numSegments {
+		for t := range numPacketTypes + 1 {
+			name := "UNKNOWN"
+			if t < numPacketTypes {
+				name = client.PacketType(t).String()
+			}
+			m.packets[s][t] = m.streamPackets.WithLabelValues(segmentNames[s], name)
+		}
+	}
+	return m
+}
+
+func (m *metrics) packet(seg int, t client.PacketType) {
+	if t < 0 || int(t) >= numPacketTypes {
+		t = numPacketTypes
+	}
+	m.packets[seg][t].Inc()
+}
+
+func (m *metrics) dialFailed(reason string) { m.dialFailures.WithLabelValues(reason).Inc() }
+
+func (m *metrics) dialOK(start time.Time) { m.dialDuration.Observe(time.Since(start).Seconds()) }

@@ -1,0 +1,335 @@
+// Package server is the Portside network proxy server: a drop-in for
+// upstream konnectivity's proxy-server. kube-apiserver dials through it
+// (gRPC ProxyService or HTTP CONNECT); agents connect to it with
+// AgentService and carry the dials into the cluster network.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+
+	"github.com/portside-io/portside/internal/netproxy"
+)
+
+// Frontend modes, upstream's --mode values.
+const (
+	ModeGRPC        = "grpc"
+	ModeHTTPConnect = "http-connect"
+)
+
+// ErrNoAgent is the dial error when no connected agent may serve the
+// address; the text is upstream's.
+var ErrNoAgent = errors.New("No agent available") //nolint:staticcheck // upstream's wording, matched by tools
+
+// Options configures a Server. Addresses are host:port ("127.0.0.1:0"
+// picks a free port); an empty health or admin address disables it.
+type Options struct {
+	Mode string
+	// UDSName, when set, is the frontend's unix socket; otherwise the
+	// frontend listens on FrontendAddress with FrontendTLS (mTLS when its
+	// ClientCAs is set).
+	UDSName         string
+	DeleteUDSFile   bool
+	FrontendAddress string
+	FrontendTLS     *tls.Config
+	// AgentTLS nil means plaintext, for tests and token-authenticated
+	// agents behind a TLS-terminating load balancer.
+	AgentAddress  string
+	AgentTLS      *tls.Config
+	HealthAddress string
+	AdminAddress  string
+
+	ServerID    string
+	ServerCount int
+	Strategies  []Strategy
+	TokenAuth   *TokenAuth
+
+	// BackendDialTimeout fails a dial the agent has not answered in time;
+	// zero waits for the agent (upstream's default).
+	BackendDialTimeout      time.Duration
+	GracefulShutdownTimeout time.Duration
+	KeepaliveTime           time.Duration
+	FrontendKeepaliveTime   time.Duration
+
+	// DisableStreams refuses the streams-v1 extension, so Portside agents
+	// behave exactly as with an upstream server (tests, comparisons).
+	DisableStreams bool
+
+	EnableProfiling bool
+
+	// Registry receives the server's metrics; New creates one when nil.
+	Registry *prometheus.Registry
+}
+
+// Server is a running (or runnable) proxy server.
+type Server struct {
+	opts   Options
+	logger logr.Logger
+	m      *metrics
+	reg    *prometheus.Registry
+
+	backends registry
+
+	frontendLn, agentLn, healthLn, adminLn net.Listener
+	frontendGRPC, agentGRPC                *grpc.Server
+	frontendHTTP, healthHTTP, adminHTTP    *http.Server
+
+	closeWait time.Duration
+
+	stopping atomic.Bool
+	httpMu   sync.Mutex
+	httpConn map[net.Conn]struct{}
+	httpWG   sync.WaitGroup
+	liveConn atomic.Int64
+}
+
+// New validates opts and opens the listeners, so the addresses are known
+// before Run.
+func New(opts Options) (_ *Server, err error) {
+	if opts.Mode == "" {
+		opts.Mode = ModeGRPC
+	}
+	if opts.Mode != ModeGRPC && opts.Mode != ModeHTTPConnect {
+		return nil, fmt.Errorf("mode %q: want %q or %q", opts.Mode, ModeGRPC, ModeHTTPConnect)
+	}
+	if opts.ServerCount < 1 {
+		opts.ServerCount = 1
+	}
+	if opts.ServerID == "" {
+		opts.ServerID = newSession()[:16]
+	}
+	if len(opts.Strategies) == 0 {
+		opts.Strategies = []Strategy{StrategyDefault}
+	}
+	if opts.GracefulShutdownTimeout <= 0 {
+		opts.GracefulShutdownTimeout = 15 * time.Second
+	}
+	if opts.TokenAuth != nil && opts.TokenAuth.Client == nil {
+		return nil, errors.New("agent token authentication needs a Kubernetes client")
+	}
+	s := &Server{opts: opts, reg: opts.Registry, closeWait: defaultCloseWait, httpConn: map[net.Conn]struct{}{},
+		backends: registry{bySession: map[string]*backend{}}}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.m = newMetrics(s.reg)
+	s.logger = klog.Background().WithName("proxy-server").WithValues("serverID", opts.ServerID)
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	if opts.UDSName != "" {
+		if opts.DeleteUDSFile {
+			if err := os.Remove(opts.UDSName); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("removing stale socket: %w", err)
+			}
+		}
+		if s.frontendLn, err = net.Listen("unix", opts.UDSName); err != nil {
+			return nil, fmt.Errorf("frontend socket: %w", err)
+		}
+	} else {
+		if s.frontendLn, err = net.Listen("tcp", opts.FrontendAddress); err != nil {
+			return nil, fmt.Errorf("frontend listener: %w", err)
+		}
+		if opts.FrontendTLS != nil && opts.Mode == ModeHTTPConnect {
+			s.frontendLn = tls.NewListener(s.frontendLn, opts.FrontendTLS)
+		}
+	}
+	if s.agentLn, err = net.Listen("tcp", opts.AgentAddress); err != nil {
+		return nil, fmt.Errorf("agent listener: %w", err)
+	}
+	if opts.HealthAddress != "" {
+		if s.healthLn, err = net.Listen("tcp", opts.HealthAddress); err != nil {
+			return nil, fmt.Errorf("health listener: %w", err)
+		}
+	}
+	if opts.AdminAddress != "" {
+		if s.adminLn, err = net.Listen("tcp", opts.AdminAddress); err != nil {
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+	}
+	s.build()
+	return s, nil
+}
+
+func (s *Server) build() {
+	opts := s.opts
+	agentOpts := netproxy.ServerOptions(opts.KeepaliveTime)
+	if opts.AgentTLS != nil {
+		agentOpts = append(agentOpts, grpc.Creds(credentials.NewTLS(opts.AgentTLS)))
+	}
+	s.agentGRPC = grpc.NewServer(agentOpts...)
+	agentpb.RegisterAgentServiceServer(s.agentGRPC, agentService{s: s})
+
+	switch opts.Mode {
+	case ModeGRPC:
+		feOpts := netproxy.ServerOptions(opts.FrontendKeepaliveTime)
+		if opts.FrontendTLS != nil && opts.UDSName == "" {
+			feOpts = append(feOpts, grpc.Creds(credentials.NewTLS(opts.FrontendTLS)))
+		}
+		s.frontendGRPC = grpc.NewServer(feOpts...)
+		client.RegisterProxyServiceServer(s.frontendGRPC, proxyService{s: s})
+	case ModeHTTPConnect:
+		s.frontendHTTP = &http.Server{Handler: httpConnect{s: s}, ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog: log.New(klogWriter{s}, "", 0)}
+	}
+	if s.healthLn != nil {
+		s.healthHTTP = &http.Server{Handler: s.healthMux(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	if s.adminLn != nil {
+		s.adminHTTP = &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+	}
+}
+
+// Addresses of the listeners, for tests and logs.
+func (s *Server) FrontendAddr() net.Addr { return s.frontendLn.Addr() }
+func (s *Server) AgentAddr() net.Addr    { return s.agentLn.Addr() }
+func (s *Server) HealthAddr() net.Addr   { return addrOf(s.healthLn) }
+func (s *Server) AdminAddr() net.Addr    { return addrOf(s.adminLn) }
+
+// ID is the server ID told to agents.
+func (s *Server) ID() string { return s.opts.ServerID }
+
+// Registry holds the server's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// AgentCount is the number of connected agent control streams.
+func (s *Server) AgentCount() int { return s.backends.len() }
+
+// Ready is true while the server has an agent and is not shutting down.
+func (s *Server) Ready() bool { return !s.stopping.Load() && s.backends.len() > 0 }
+
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
+
+// Run serves until ctx is cancelled, then drains: it stops accepting
+// frontends, lets open tunnels finish for up to GracefulShutdownTimeout,
+// and closes everything.
+func (s *Server) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("proxy-server").WithValues("serverID", s.opts.ServerID)
+	s.logger = logger
+	errc := make(chan error, 4)
+	serve := func(name string, f func() error) {
+		go func() {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	serve("agent server", func() error { return s.agentGRPC.Serve(s.agentLn) })
+	if s.frontendGRPC != nil {
+		serve("frontend server", func() error { return s.frontendGRPC.Serve(s.frontendLn) })
+	} else {
+		serve("frontend server", func() error { return s.frontendHTTP.Serve(s.frontendLn) })
+	}
+	if s.healthHTTP != nil {
+		serve("health server", func() error { return s.healthHTTP.Serve(s.healthLn) })
+	}
+	if s.adminHTTP != nil {
+		serve("admin server", func() error { return s.adminHTTP.Serve(s.adminLn) })
+	}
+	logger.Info("Proxy server running", "mode", s.opts.Mode, "frontend", s.FrontendAddr().String(),
+		"agent", s.AgentAddr().String(), "serverCount", s.opts.ServerCount, "strategies", s.opts.Strategies,
+		"streamsV1", !s.opts.DisableStreams)
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.shutdown(logger)
+	return runErr
+}
+
+func (s *Server) shutdown(logger logr.Logger) {
+	s.stopping.Store(true)
+	logger.Info("Draining proxy server", "timeout", s.opts.GracefulShutdownTimeout, "liveConnections", s.liveConn.Load())
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		if s.frontendGRPC != nil {
+			s.frontendGRPC.GracefulStop()
+		} else {
+			_ = s.frontendHTTP.Close() // hijacked tunnels are not closed by this
+			s.httpWG.Wait()
+		}
+	}()
+	select {
+	case <-drained:
+	case <-time.After(s.opts.GracefulShutdownTimeout):
+		logger.Info("Graceful shutdown timed out; closing remaining tunnels", "liveConnections", s.liveConn.Load())
+	}
+	if s.frontendGRPC != nil {
+		s.frontendGRPC.Stop()
+	}
+	s.httpMu.Lock()
+	for c := range s.httpConn {
+		_ = c.Close()
+	}
+	s.httpMu.Unlock()
+	<-drained
+	s.agentGRPC.Stop()
+	if s.healthHTTP != nil {
+		_ = s.healthHTTP.Close()
+	}
+	if s.adminHTTP != nil {
+		_ = s.adminHTTP.Close()
+	}
+	if s.opts.UDSName != "" {
+		_ = os.Remove(s.opts.UDSName)
+	}
+	logger.Info("Proxy server stopped")
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.frontendLn, s.agentLn, s.healthLn, s.adminLn} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+func (s *Server) trackHTTP(c net.Conn, add bool) {
+	s.httpMu.Lock()
+	defer s.httpMu.Unlock()
+	if add {
+		s.httpConn[c] = struct{}{}
+		s.httpWG.Add(1)
+	} else {
+		delete(s.httpConn, c)
+		s.httpWG.Done()
+	}
+}
+
+// klogWriter routes net/http's error log (TLS handshake failures of
+// frontends) to the contextual logger instead of stderr.
+type klogWriter struct{ s *Server }
+
+func (w klogWriter) Write(p []byte) (int, error) {
+	w.s.logger.V(2).Info("HTTP frontend", "msg", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func containsFold(s, sub string) bool { return strings.Contains(strings.ToLower(s), sub) }
