@@ -216,10 +216,22 @@ func (s *Simulator) Names() []string {
 func (s *Simulator) Delete(ctx context.Context, names []string) error {
 	err := s.parallel(ctx, len(names), func(ctx context.Context, i int) error {
 		err := s.client.CoreV1().Nodes().Delete(ctx, names[i], metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
 		}
-		return err
+		// Its pods go with it at once, as after a drain: kube-controller-
+		// manager's pod GC would take up to a minute (a 40 s quarantine).
+		pods, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + names[i]})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			err := s.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
 	})
 	s.mu.Lock()
 	for _, n := range names {

@@ -105,6 +105,10 @@ func TestUpOnce(t *testing.T) {
 		"export KUBECONFIG=",
 		"stopping ccm (pid", "stopping simulated nodes", "stopping local cloud (pid", "stopping kube-apiserver (pid",
 		"kube-controller-manager acting (pid", "stopping kube-controller-manager (pid",
+		// The network proxy carries kube-apiserver's cluster egress: the
+		// demo reads a pod's log through it.
+		"proxy-server serving (pid", "agent-zone-a connected (pid", "agent-zone-b connected (pid",
+		"through proxy-server and agent-zone-", "stopping proxy-server (pid",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
@@ -145,6 +149,9 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 		`node-2\s+zone-b\s+127\.\S+\s+local://i-\S+\s+10\.244\.\d+\.0/24\s+routed\s+yes`,
 		`node-3\s+zone-a\s+127\.\S+\s+local://i-\S+\s+10\.244\.\d+\.0/24\s+routed\s+yes`,
 		`demo/hello\s+` + regexp.QuoteMeta(vip[1]) + `\s+8080/TCP\s+active\s+3/3 healthy`,
+		`proxy-server-1\s+server\s+cluster egress\s+\S+\s+yes`,
+		`agent-zone-a\s+agent\s+zone-a \(2 nodes\)\s+127\.0\.0\.1:\d+\s+yes`,
+		`agent-zone-b\s+agent\s+zone-b \(1 node\)\s+127\.0\.0\.1:\d+\s+yes`,
 	} {
 		if !regexp.MustCompile(re).Match(table) {
 			t.Errorf("status lacks %s", re)
