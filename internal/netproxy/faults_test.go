@@ -274,6 +274,15 @@ func TestAgentWithoutClientCertificateRejected(t *testing.T) {
 	if s.AgentCount() != 0 {
 		t.Fatal("agent without a certificate was accepted")
 	}
+	netproxytest.Eventually(t, 5*time.Second, func() bool {
+		mfs, _ := s.Registry().Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "konnectivity_network_proxy_server_portside_agent_handshake_failures_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue() > 0
+			}
+		}
+		return false
+	}, "the server counted the failed handshake")
 	good, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "good", TLS: pki.ClientTLS(t, "agent")})
 	netproxytest.Eventually(t, 5*time.Second, good.Ready, "agent with a certificate connected")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -57,13 +56,13 @@ const muxQueue = 16
 // muxConn is a connection carried on the control stream (upstream server).
 type muxConn struct {
 	nc    net.Conn
-	queue chan []byte
-	done  chan struct{} // closed when the connection is torn down
+	queue chan netproxy.Received // DATA, each freed once written
+	done  chan struct{}          // closed when the connection is torn down
 }
 
 // serveMuxed carries a connection on the control stream (upstream server).
 func (s *session) serveMuxed(nc net.Conn, random, connID int64) {
-	c := &muxConn{nc: nc, queue: make(chan []byte, muxQueue), done: make(chan struct{})}
+	c := &muxConn{nc: nc, queue: make(chan netproxy.Received, muxQueue), done: make(chan struct{})}
 	defer close(c.done)
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
@@ -81,8 +80,10 @@ func (s *session) serveMuxed(nc net.Conn, random, connID int64) {
 	go func() {
 		for {
 			select {
-			case b := <-c.queue:
-				if _, err := nc.Write(b); err != nil {
+			case rp := <-c.queue:
+				_, err := nc.Write(rp.GetData().GetData())
+				rp.Free()
+				if err != nil {
 					// The reader sees the close and answers CLOSE_RSP.
 					_ = nc.Close()
 					return
@@ -92,7 +93,7 @@ func (s *session) serveMuxed(nc net.Conn, random, connID int64) {
 			}
 		}
 	}()
-	pumpToServer(nc, connID, s.send)
+	pumpToServer(nc, connID, s.sendMsg)
 	s.forget(connID)
 	_ = nc.Close()
 	_ = s.send(netproxy.CloseRsp(connID, ""))
@@ -124,15 +125,16 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 	go func() {
 		defer close(wdone)
 		defer cancel()
+		var rp netproxy.Received
 		for {
-			pkt, err := ds.Recv()
-			if err != nil {
+			rp.Free() // the previous payload has been written
+			if err := netproxy.RecvPacket(ds, &rp); err != nil {
 				_ = nc.Close()
 				return
 			}
-			switch pkt.Type {
+			switch rp.Type {
 			case client.PacketType_DATA:
-				if _, err := nc.Write(pkt.GetData().GetData()); err != nil {
+				if _, err := nc.Write(rp.GetData().GetData()); err != nil {
 					// The reader sees the close and answers CLOSE_RSP.
 					_ = nc.Close()
 				}
@@ -141,27 +143,40 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 			}
 		}
 	}()
-	pumpToServer(nc, connID, ds.Send)
+	pumpToServer(nc, connID, ds.SendMsg)
 	if ds.Send(netproxy.CloseRsp(connID, "")) == nil {
 		_ = ds.CloseSend()
 	}
 	<-wdone
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, netproxy.CopyBufSize); return &b }}
+// smallData: payloads below this are copied into their packet, larger
+// ones sent from their own pooled buffer.
+const smallData = 4 << 10
 
-// pumpToServer sends what the destination writes until it closes.
-func pumpToServer(nc net.Conn, connID int64, send func(*client.Packet) error) {
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
-	buf := *bufp
+// pumpToServer sends what the destination writes until it closes. send
+// takes a *client.Packet or a *netproxy.OutData.
+func pumpToServer(nc net.Conn, connID int64, send func(any) error) {
+	out := netproxy.NewOutData(connID)
+	defer func() { out.Free() }()
 	pkt := netproxy.Data(connID, nil)
 	d := pkt.GetData()
 	for {
+		buf := out.Buf()
 		n, err := nc.Read(buf)
 		if n > 0 {
-			d.Data = buf[:n]
-			if send(pkt) != nil {
+			var serr error
+			if n < smallData {
+				d.Data = buf[:n] // copied by Marshal
+				serr = send(pkt)
+			} else {
+				// Sent from its buffer: gRPC keeps a reference until written.
+				out.SetLen(n)
+				serr = send(out)
+				out.Free()
+				out = netproxy.NewOutData(connID)
+			}
+			if serr != nil {
 				return
 			}
 		}

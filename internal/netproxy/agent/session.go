@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -58,8 +59,9 @@ type session struct {
 // server not yet held.
 func (a *Agent) connectOnce(ctx context.Context) error {
 	creds := insecure.NewCredentials()
+	var cert certRecord
 	if a.opts.TLS != nil {
-		creds = credentials.NewTLS(a.opts.TLS)
+		creds = netproxy.BatchTLS(credentials.NewTLS(cert.wrap(a.opts.TLS)))
 	}
 	dopts := append(netproxy.DialOptions(a.opts.KeepaliveTime), grpc.WithTransportCredentials(creds))
 	cc, err := grpc.NewClient("passthrough:///"+a.opts.ServerAddress, dopts...)
@@ -88,13 +90,13 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	ac := agentpb.NewAgentServiceClient(cc)
 	stream, err := ac.Connect(metadata.NewOutgoingContext(sctx, md))
 	if err != nil {
-		return fail(a.explain(err))
+		return fail(a.explain(err, &cert))
 	}
 	timer := time.AfterFunc(headerTimeout, cancel)
 	hdr, err := stream.Header()
 	timer.Stop()
 	if err != nil {
-		return fail(a.explain(err))
+		return fail(a.explain(err, &cert))
 	}
 	serverID := first(hdr.Get(header.ServerID))
 	if serverID == "" {
@@ -125,25 +127,93 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	return nil
 }
 
-// explain adds to a transport failure what the agent presented: with TLS
-// 1.3 a server rejecting the client certificate surfaces only as a broken
-// connection.
-func (a *Agent) explain(err error) error {
-	if a.opts.TLS == nil || status.Code(err) != codes.Unavailable {
-		return err
+// certRecord records, through GetClientCertificate, whether the server
+// asked for a client certificate and whether one was sent.
+type certRecord struct{ state atomic.Int32 } // 0 not asked, 1 sent, 2 asked, none sent
+
+func (r *certRecord) wrap(cfg *tls.Config) *tls.Config {
+	cfg = cfg.Clone()
+	get, certs := cfg.GetClientCertificate, cfg.Certificates
+	cfg.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		var c *tls.Certificate
+		if get != nil {
+			var err error
+			if c, err = get(cri); err != nil {
+				return nil, err
+			}
+		} else {
+			// crypto/tls's own choice: the first certificate the server
+			// accepts, else the first one.
+			for i := range certs {
+				if cri.SupportsCertificate(&certs[i]) == nil {
+					c = &certs[i]
+					break
+				}
+			}
+			if c == nil && len(certs) > 0 {
+				c = &certs[0]
+			}
+		}
+		if c == nil {
+			c = &tls.Certificate{}
+		}
+		if len(c.Certificate) > 0 {
+			r.state.Store(1)
+		} else {
+			r.state.Store(2)
+		}
+		return c, nil
 	}
-	cert := "none"
-	if len(a.opts.TLS.Certificates) > 0 || a.opts.TLS.GetClientCertificate != nil {
-		cert = "presented"
+	return cfg
+}
+
+func (r *certRecord) String() string {
+	switch r.state.Load() {
+	case 1:
+		return "sent"
+	case 2:
+		return "none"
+	}
+	return "not requested by the server"
+}
+
+// explain adds to a TLS failure what the agent sent: with TLS 1.3 a server
+// rejecting the client certificate surfaces only as a broken connection
+// after the handshake. Failures to reach the server at all (refused, no
+// such host, dial timeout) are returned as they are.
+func (a *Agent) explain(err error, cert *certRecord) error {
+	if a.opts.TLS == nil || status.Code(err) != codes.Unavailable || !tlsFailure(err.Error()) {
+		return err
 	}
 	return fmt.Errorf("TLS connection to %s failed (client certificate: %s; a server requiring mTLS rejects agents without a valid one): %w",
 		a.opts.ServerAddress, cert, err)
+}
+
+// tlsFailure tells a failure during or right after the TLS handshake
+// from a failed TCP dial, by gRPC's error text.
+func tlsFailure(msg string) bool {
+	if strings.Contains(msg, "Error while dialing") {
+		return false // the TCP connection was not made
+	}
+	for _, s := range []string{"tls:", "x509:", "authentication handshake failed", "certificate", "broken pipe", "connection reset", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *session) send(pkt *client.Packet) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	return s.stream.Send(pkt)
+}
+
+// sendMsg is send for a *client.Packet or a *netproxy.OutData.
+func (s *session) sendMsg(m any) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.stream.SendMsg(m)
 }
 
 func (s *session) sendDrain() {
@@ -189,7 +259,9 @@ func (s *session) serve() {
 		close(s.done)
 	}()
 	for {
-		pkt, err := s.stream.Recv()
+		var rp netproxy.Received
+		err := netproxy.RecvPacket(s.stream, &rp)
+		pkt := rp.Packet
 		if err != nil {
 			if err != io.EOF && s.ctx.Err() == nil {
 				s.logger.Info("Server stream ended", "err", err)
@@ -211,7 +283,8 @@ func (s *session) serve() {
 				s.mu.Unlock()
 			}
 		case client.PacketType_DATA:
-			s.writeMuxed(pkt.GetData())
+			s.writeMuxed(rp) // takes the buffer
+			continue
 		case client.PacketType_CLOSE_REQ:
 			if r := pkt.GetCloseRequest(); r != nil {
 				s.mu.Lock()
@@ -227,6 +300,7 @@ func (s *session) serve() {
 		default:
 			s.logger.V(5).Info("Ignoring packet from server", "type", pkt.Type)
 		}
+		rp.Free()
 	}
 }
 
@@ -234,20 +308,24 @@ func (s *session) serve() {
 // writer. The queue is short and bounded: a destination that stops
 // reading stalls the shared stream after a few packets, as upstream's
 // agent does (its --xfr-channel-size); streams-v1 exists to avoid that.
-func (s *session) writeMuxed(d *client.Data) {
+func (s *session) writeMuxed(rp netproxy.Received) {
+	d := rp.GetData()
 	if d == nil || d.ConnectID == 0 {
+		rp.Free()
 		return
 	}
 	s.mu.Lock()
 	c := s.conns[d.ConnectID]
 	s.mu.Unlock()
 	if c == nil {
+		rp.Free()
 		_ = s.send(netproxy.CloseRsp(d.ConnectID, "unrecognized connectID"))
 		return
 	}
 	select {
-	case c.queue <- d.Data: // the payload is the packet's own buffer, not reused
+	case c.queue <- rp: // the writer frees it
 	case <-c.done:
+		rp.Free()
 	}
 }
 

@@ -86,24 +86,27 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 		}
 		logger.V(2).Info("Agent disconnected", "agents", n, "abandonedDials", len(pending), "closedConnections", len(established))
 	}()
+	var rp netproxy.Received
 	for {
-		pkt, err := stream.Recv()
+		err := netproxy.RecvPacket(stream, &rp)
 		if err != nil {
 			if err != io.EOF && status.Code(err) != codes.Canceled {
 				logger.V(2).Info("Agent stream ended", "err", err)
 			}
 			return nil
 		}
-		s.m.packet(segFromAgent, pkt.Type)
-		s.handleAgentPacket(b, pkt)
+		s.m.packet(segFromAgent, rp.Type)
+		s.handleAgentPacket(b, &rp)
+		rp.Free()
 	}
 }
 
 // handleAgentPacket applies one packet from an agent's control stream.
 // Frontend writes happen inline: for multiplexed agents that is upstream's
 // semantics (and its head-of-line blocking), for streams-v1 agents only
-// dial failures arrive here.
-func (s *Server) handleAgentPacket(b *backend, pkt *client.Packet) {
+// dial failures arrive here. rp's payload is valid until it returns.
+func (s *Server) handleAgentPacket(b *backend, rp *netproxy.Received) {
+	pkt := rp.Packet
 	switch pkt.Type {
 	case client.PacketType_DIAL_RSP:
 		r := pkt.GetDialResponse()
@@ -156,7 +159,7 @@ func (s *Server) handleAgentPacket(b *backend, pkt *client.Packet) {
 			return
 		}
 		s.m.packet(segToClient, pkt.Type)
-		if err := c.fe.data(pkt); err != nil {
+		if err := c.fe.data(rp); err != nil {
 			// The frontend is gone; have the agent close its end.
 			s.sendAgent(b, netproxy.CloseReq(d.ConnectID))
 		}
@@ -239,8 +242,12 @@ func (s *Server) serveDataStream(stream agentpb.AgentService_ConnectServer, md m
 // pumpFromAgent moves one connection's packets from its stream to the
 // frontend; a blocked frontend blocks only this stream.
 func (s *Server) pumpFromAgent(c *conn, stream agentpb.AgentService_ConnectServer) {
+	var rp netproxy.Received
+	defer rp.Free()
 	for {
-		pkt, err := stream.Recv()
+		rp.Free() // the previous packet was consumed synchronously
+		err := netproxy.RecvPacket(stream, &rp)
+		pkt := rp.Packet
 		if err != nil {
 			if c.finish() {
 				s.connFinished()
@@ -253,7 +260,7 @@ func (s *Server) pumpFromAgent(c *conn, stream agentpb.AgentService_ConnectServe
 		switch pkt.Type {
 		case client.PacketType_DATA:
 			s.m.packet(segToClient, pkt.Type)
-			if err := c.fe.data(pkt); err != nil {
+			if err := c.fe.data(&rp); err != nil {
 				if c.finish() {
 					s.connFinished()
 					c.closeDone()

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 )
 
@@ -28,10 +27,11 @@ type backend struct {
 	conns   map[int64]*conn // established, by connectID; multiplexed (upstream) agents only
 }
 
-func (b *backend) send(pkt *client.Packet) error {
+// send sends a *client.Packet or a *netproxy.Received.
+func (b *backend) send(pkt any) error {
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
-	return b.stream.Send(pkt)
+	return b.stream.SendMsg(pkt)
 }
 
 func (b *backend) addPending(c *conn) bool {

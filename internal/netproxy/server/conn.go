@@ -4,8 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+
+	"github.com/portside-io/portside/internal/netproxy"
 )
 
 // frontend is where a proxied connection's answers go: a ProxyService
@@ -15,7 +16,8 @@ import (
 type frontend interface {
 	dialed(c *conn) error
 	dialFailed(c *conn, msg string)
-	data(pkt *client.Packet) error
+	// data sends a DATA packet; msg's payload is valid until it returns.
+	data(msg *netproxy.Received) error
 	closed(c *conn, msg string)
 	kind() string
 }
@@ -108,8 +110,9 @@ func (c *conn) snapshot() (connState, int64, *dataStream) {
 }
 
 // toAgent sends a frontend packet (DATA, CLOSE_REQ) the agent's way: on
-// the connection's own stream, or multiplexed on the agent's stream.
-func (c *conn) toAgent(pkt *client.Packet) error {
+// the connection's own stream, or multiplexed on the agent's stream. pkt
+// is a *client.Packet or a *netproxy.Received (forwarded as received).
+func (c *conn) toAgent(pkt any) error {
 	_, _, ds := c.snapshot()
 	if ds != nil {
 		return ds.send(pkt)
@@ -123,8 +126,8 @@ type dataStream struct {
 	stream agentpb.AgentService_ConnectServer
 }
 
-func (d *dataStream) send(pkt *client.Packet) error {
+func (d *dataStream) send(pkt any) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.stream.Send(pkt)
+	return d.stream.SendMsg(pkt)
 }

@@ -60,10 +60,11 @@ func (f *grpcFrontend) dialFailed(c *conn, msg string) {
 	f.sendSoon(netproxy.DialRsp(c.random, 0, msg))
 }
 
-func (f *grpcFrontend) data(pkt *client.Packet) error {
+func (f *grpcFrontend) data(msg *netproxy.Received) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.stream.Send(pkt)
+	// The connectID is the agent's on both sides: forwarded as received.
+	return f.stream.SendMsg(msg)
 }
 func (f *grpcFrontend) closed(c *conn, msg string) {
 	f.sendSoon(netproxy.CloseRsp(c.connectID, msg))
@@ -83,8 +84,12 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 		}
 	}
 	var c *conn
+	var rp netproxy.Received
+	defer rp.Free()
 	for {
-		pkt, err := stream.Recv()
+		rp.Free() // the previous packet was consumed synchronously
+		err := netproxy.RecvPacket(stream, &rp)
+		pkt := rp.Packet
 		if err != nil {
 			if c != nil {
 				s.frontendGone(c)
@@ -123,7 +128,8 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 				return nil
 			}
 			s.m.packet(segToAgent, pkt.Type)
-			if err := c.toAgent(pkt); err != nil {
+			// Same connectID on both sides: forwarded as received.
+			if err := c.toAgent(&rp); err != nil {
 				if c.finish() {
 					s.connFinished()
 					c.fe.closed(c, "agent connection lost")

@@ -2,11 +2,13 @@ package server
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
@@ -33,8 +35,8 @@ func (f *httpFrontend) dialFailed(_ *conn, msg string) {
 	f.close()
 }
 
-func (f *httpFrontend) data(pkt *client.Packet) error {
-	_, err := f.conn.Write(pkt.GetData().GetData())
+func (f *httpFrontend) data(msg *netproxy.Received) error {
+	_, err := f.conn.Write(msg.GetData().GetData())
 	return err
 }
 
@@ -74,20 +76,44 @@ func (h httpConnect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if state, _, _ := c.snapshot(); state != stateEstablished {
 		return
 	}
-	s.pumpFromHTTP(c, rw.Reader)
+	s.pumpFromHTTP(c, rw.Reader, nc)
 }
 
-// pumpFromHTTP moves client bytes to the agent until the client closes.
-func (s *Server) pumpFromHTTP(c *conn, r *bufio.Reader) {
+// pumpFromHTTP moves client bytes to the agent until the client closes:
+// first what the HTTP server read past the CONNECT request, then from the
+// connection itself.
+func (s *Server) pumpFromHTTP(c *conn, br *bufio.Reader, nc net.Conn) {
 	_, connectID, _ := c.snapshot()
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
-	buf := *bufp
+	out := netproxy.NewOutData(connectID)
+	defer func() { out.Free() }()
+	tc, _ := nc.(*tls.Conn)
 	for {
-		n, err := r.Read(buf)
+		buf := out.Buf()
+		var n int
+		var err error
+		if br != nil && br.Buffered() > 0 {
+			n, err = br.Read(buf[:min(br.Buffered(), len(buf))])
+		} else {
+			br = nil
+			n, err = nc.Read(buf)
+			if tc != nil && err == nil && n >= maxTLSRecord {
+				n, err = readBuffered(tc, buf, n)
+			}
+		}
 		if n > 0 {
 			s.m.packet(segToAgent, client.PacketType_DATA)
-			if c.toAgent(netproxy.Data(connectID, buf[:n])) != nil {
+			var msg any = netproxy.Data(connectID, buf[:n]) // small: copied by Marshal
+			if n >= smallData {
+				// Sent from its buffer: gRPC keeps a reference until written.
+				out.SetLen(n)
+				msg = out
+			}
+			serr := c.toAgent(msg)
+			if n >= smallData {
+				out.Free()
+				out = netproxy.NewOutData(connectID)
+			}
+			if serr != nil {
 				if c.finish() {
 					s.connFinished()
 					c.closeDone()
@@ -102,7 +128,41 @@ func (s *Server) pumpFromHTTP(c *conn, r *bufio.Reader) {
 	}
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, netproxy.CopyBufSize); return &b }}
+// smallData: payloads below this are copied into their packet, larger
+// ones sent from their own pooled buffer.
+const smallData = 4 << 10
+
+// maxTLSRecord is the most plaintext one TLS record carries.
+const maxTLSRecord = 16 << 10
+
+// readBuffered appends to buf[:n] the records tc has already received,
+// without waiting for the network: a tls.Conn returns one record (at most
+// 16 KiB) per Read, so a bulk sender would otherwise cost a DATA packet,
+// and an agent wake-up and write, per record. tls.Conn has no Buffered;
+// a read deadline in the past makes every Read that would touch the
+// socket fail at once (a timeout, which does not break the tls.Conn),
+// while records already in its input buffer are still returned.
+func readBuffered(tc *tls.Conn, buf []byte, n int) (int, error) {
+	if tc.SetReadDeadline(time.Unix(1, 0)) != nil {
+		return n, nil
+	}
+	var err error
+	for n+maxTLSRecord <= len(buf) {
+		var m int
+		m, err = tc.Read(buf[n:])
+		n += m
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				err = nil
+			}
+			break
+		}
+	}
+	if derr := tc.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		err = derr
+	}
+	return n, err
+}
 
 // dialErrorStatus maps an agent's dial error to an HTTP status, like
 // upstream: timeouts are 504, exhausted resources 503, the rest 502.

@@ -43,6 +43,24 @@ func (f *fakeStream) Send(p *client.Packet) error {
 	f.sent = append(f.sent, p)
 	return nil
 }
+func (f *fakeStream) SendMsg(m any) error {
+	if r, ok := m.(*netproxy.Received); ok {
+		return f.Send(r.Packet)
+	}
+	return f.Send(m.(*client.Packet))
+}
+func (f *fakeStream) RecvMsg(m any) error {
+	p, err := f.Recv()
+	if err != nil {
+		return err
+	}
+	if r, ok := m.(*netproxy.Received); ok {
+		r.Packet = p
+		return nil
+	}
+	proto.Merge(m.(*client.Packet), p)
+	return nil
+}
 func (f *fakeStream) Recv() (*client.Packet, error) {
 	select {
 	case p := <-f.in:

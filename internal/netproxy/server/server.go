@@ -175,7 +175,7 @@ func (s *Server) build() {
 	opts := s.opts
 	agentOpts := netproxy.ServerOptions(opts.KeepaliveTime)
 	if opts.AgentTLS != nil {
-		agentOpts = append(agentOpts, grpc.Creds(credentials.NewTLS(opts.AgentTLS)))
+		agentOpts = append(agentOpts, grpc.Creds(agentCreds{netproxy.BatchTLS(credentials.NewTLS(opts.AgentTLS)), s}))
 	}
 	s.agentGRPC = grpc.NewServer(agentOpts...)
 	agentpb.RegisterAgentServiceServer(s.agentGRPC, agentService{s: s})
@@ -333,3 +333,24 @@ func (w klogWriter) Write(p []byte) (int, error) {
 }
 
 func containsFold(s, sub string) bool { return strings.Contains(strings.ToLower(s), sub) }
+
+// agentCreds reports failed agent handshakes, which grpc-go otherwise only
+// logs to grpclog (discarded): an agent refused for its certificate would
+// leave no trace on the server.
+type agentCreds struct {
+	credentials.TransportCredentials
+	s *Server
+}
+
+func (c agentCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		c.s.m.agentHandshakes.Inc()
+		c.s.logger.V(1).Info("Agent TLS handshake failed", "remoteAddr", raw.RemoteAddr().String(), "err", err)
+	}
+	return conn, info, err
+}
+
+func (c agentCreds) Clone() credentials.TransportCredentials {
+	return agentCreds{c.TransportCredentials.Clone(), c.s}
+}
