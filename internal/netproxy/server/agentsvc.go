@@ -56,7 +56,7 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	}
 	b := &backend{id: id, stream: stream, ctx: stream.Context(),
 		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
-	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.opts.ServerCount))
+	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.serverCount()))
 	if !s.opts.DisableStreams && contains(md.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
 		b.streamsV1 = true
 		b.session = newSession()

@@ -38,6 +38,10 @@ type Flags struct {
 	EnableProfiling                                   bool
 	Streams                                           bool
 
+	EnableLeaseController bool
+	LeaseNamespace        string
+	LeaseLabel            string
+
 	ignored map[string]struct{}
 }
 
@@ -45,9 +49,6 @@ type Flags struct {
 // a drop-in replacement must not fail on a manifest written for upstream.
 var ignoredFlags = map[string]string{
 	"xfr-channel-size":            "10",
-	"enable-lease-controller":     "false",
-	"lease-namespace":             "kube-system",
-	"lease-label":                 "k8s-app=konnectivity-server",
 	"kube-api-content-type":       "application/vnd.kubernetes.protobuf",
 	"enable-contention-profiling": "false",
 	"warn-on-channel-limit":       "true",
@@ -58,7 +59,8 @@ func NewFlags() *Flags {
 	return &Flags{Mode: ModeGRPC, DeleteUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminPort: 8095, AdminBind: "127.0.0.1", KeepaliveTime: time.Hour, FrontendKeepaliveTime: time.Hour,
 		ServerID: os.Getenv("PROXY_SERVER_ID"), ServerCount: 1, ProxyStrategies: "default",
-		GracefulShutdownTimeout: 15 * time.Second, Streams: true, ignored: map[string]struct{}{}}
+		GracefulShutdownTimeout: 15 * time.Second, Streams: true, LeaseNamespace: "kube-system", LeaseLabel: "k8s-app=konnectivity-server",
+		ignored: map[string]struct{}{}}
 }
 
 // AddFlags registers the flags on fs.
@@ -84,7 +86,10 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.KeepaliveTime, "keepalive-time", f.KeepaliveTime, "gRPC keepalive time on agent connections.")
 	fs.DurationVar(&f.FrontendKeepaliveTime, "frontend-keepalive-time", f.FrontendKeepaliveTime, "gRPC keepalive time on frontend connections.")
 	fs.StringVar(&f.ServerID, "server-id", f.ServerID, "Unique ID of this server (default $PROXY_SERVER_ID, else random).")
-	fs.IntVar(&f.ServerCount, "server-count", f.ServerCount, "Number of proxy server instances agents should connect to.")
+	fs.IntVar(&f.ServerCount, "server-count", f.ServerCount, "Number of proxy server instances agents should connect to (with --enable-lease-controller, at least this many).")
+	fs.BoolVar(&f.EnableLeaseController, "enable-lease-controller", f.EnableLeaseController, "Publish this server's Lease, delete expired ones of other servers, and tell agents the number of live servers.")
+	fs.StringVar(&f.LeaseNamespace, "lease-namespace", f.LeaseNamespace, "Namespace of the proxy servers' Leases.")
+	fs.StringVar(&f.LeaseLabel, "lease-label", f.LeaseLabel, "Labels (key=value[,key=value]) of the proxy servers' Leases.")
 	fs.StringVar(&f.ProxyStrategies, "proxy-strategies", f.ProxyStrategies, "Comma-ordered agent selection strategies: destHost, defaultRoute, default.")
 	fs.StringVar(&f.AgentNamespace, "agent-namespace", f.AgentNamespace, "Namespace of the agents' ServiceAccount (token authentication).")
 	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
@@ -158,6 +163,20 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		}
 		o.TokenAuth = &TokenAuth{Namespace: f.AgentNamespace, ServiceAccount: f.AgentServiceAccount,
 			Audience: f.AuthAudience, Client: cs}
+	}
+	if f.EnableLeaseController {
+		if o.ServerID == "" {
+			// As upstream: a random ID; the Lease of an earlier run expires
+			// and is collected.
+			o.ServerID = newSession()[:16]
+		}
+		cs, err := f.kubeClient()
+		if err != nil {
+			return Options{}, err
+		}
+		if o.Leases, err = NewLeasePublisher(cs, f.LeaseNamespace, f.LeaseLabel, o.ServerID, f.ServerCount); err != nil {
+			return Options{}, err
+		}
 	}
 	return o, nil
 }

@@ -10,7 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1listers "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -68,8 +71,12 @@ type LeasePublisher struct {
 	labels    map[string]string
 	serverID  string
 	static    int
-	count     atomic.Int32
 	now       func() time.Time
+	// lister is the servers' Leases, watched, so the count an agent is told
+	// is current when it connects (set once Run has synced).
+	lister atomic.Pointer[coordinationv1listers.LeaseNamespaceLister]
+	// count is the last count, while the lister is not synced.
+	count atomic.Int32
 }
 
 // NewLeasePublisher publishes in namespace with labelSpec (upstream's
@@ -85,13 +92,36 @@ func NewLeasePublisher(client kubernetes.Interface, namespace, labelSpec, server
 	return p, nil
 }
 
-// Count is the latest server count.
-func (p *LeasePublisher) Count() int { return int(p.count.Load()) }
+// Count is the number of live servers, at least --server-count and 1.
+func (p *LeasePublisher) Count() int {
+	if l := p.lister.Load(); l != nil {
+		if leases, err := (*l).List(p.selector); err == nil {
+			items := make([]coordinationv1.Lease, len(leases))
+			for i, l := range leases {
+				items[i] = *l
+			}
+			return CountServers(items, p.now(), p.static)
+		}
+	}
+	return int(p.count.Load())
+}
 
 // Run renews, collects and counts until ctx is done, then deletes this
 // server's Lease so the others' count drops at once.
 func (p *LeasePublisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("lease", p.namespace+"/"+LeaseName(p.serverID))
+	factory := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector.String() }))
+	leaseInformer := factory.Coordination().V1().Leases()
+	lister := leaseInformer.Lister().Leases(p.namespace)
+	leaseInformer.Informer() // registered before Start
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), leaseInformer.Informer().HasSynced) {
+			p.lister.Store(&lister)
+		}
+	}()
 	renew := time.NewTicker(LeaseRenewalInterval)
 	defer renew.Stop()
 	for {

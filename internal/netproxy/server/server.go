@@ -59,8 +59,12 @@ type Options struct {
 
 	ServerID    string
 	ServerCount int
-	Strategies  []Strategy
-	TokenAuth   *TokenAuth
+	// Leases, if set, publishes this server's Lease and counts the live
+	// servers' (--enable-lease-controller): agents are told that count
+	// (never less than ServerCount).
+	Leases     *LeasePublisher
+	Strategies []Strategy
+	TokenAuth  *TokenAuth
 
 	// BackendDialTimeout fails a dial the agent has not answered in time;
 	// zero waits for the agent (upstream's default).
@@ -212,6 +216,15 @@ func (s *Server) ID() string { return s.opts.ServerID }
 // Registry holds the server's metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
+// serverCount is what agents are told: counted from Leases when they are
+// published, else the static --server-count.
+func (s *Server) serverCount() int {
+	if s.opts.Leases != nil {
+		return max(s.opts.Leases.Count(), s.opts.ServerCount)
+	}
+	return s.opts.ServerCount
+}
+
 // AgentCount is the number of connected agent control streams.
 func (s *Server) AgentCount() int { return s.backends.len() }
 
@@ -250,6 +263,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.adminHTTP != nil {
 		serve("admin server", func() error { return s.adminHTTP.Serve(s.adminLn) })
+	}
+	if s.opts.Leases != nil {
+		leaseCtx, stopLeases := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
+		leasesDone := make(chan struct{})
+		go func() { defer close(leasesDone); s.opts.Leases.Run(leaseCtx) }()
+		// Stopped after the drain below: the Lease goes when the server does.
+		defer func() { stopLeases(); <-leasesDone }()
 	}
 	logger.Info("Proxy server running", "mode", s.opts.Mode, "frontend", s.FrontendAddr().String(),
 		"agent", s.AgentAddr().String(), "serverCount", s.opts.ServerCount, "strategies", s.opts.Strategies,
