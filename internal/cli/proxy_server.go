@@ -1,33 +1,59 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/portside-io/portside/internal/netproxy/agent"
 	"github.com/portside-io/portside/internal/netproxy/server"
 )
 
 func newProxyServerCommand() *cobra.Command {
 	f := server.NewFlags()
-	cmd := &cobra.Command{
-		Use:   "proxy-server",
-		Short: "Run the network proxy server (konnectivity-compatible)",
-		Long: "Run a konnectivity-compatible network proxy server: kube-apiserver dials through it (gRPC or\n" +
+	return newProxyCommand("proxy-server", "Run the network proxy server (konnectivity-compatible)",
+		"Run a konnectivity-compatible network proxy server: kube-apiserver dials through it (gRPC or\n"+
 			"HTTP CONNECT) and agents carry the dials into the cluster network. Accepts upstream proxy-server's flags.",
-		Args: cobra.NoArgs,
+		f.AddFlags, func(ctx context.Context, fs *pflag.FlagSet) (runner, error) {
+			o, err := f.Options(fs, klog.FromContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return server.New(o)
+		})
+}
+
+func newProxyAgentCommand() *cobra.Command {
+	f := agent.NewFlags()
+	return newProxyCommand("proxy-agent", "Run the network proxy agent (konnectivity-compatible)",
+		"Run a konnectivity-compatible network proxy agent: it connects to every proxy server behind\n"+
+			"--proxy-server-host and dials, in the cluster network, what the servers ask for. Accepts upstream proxy-agent's flags.",
+		f.AddFlags, func(ctx context.Context, fs *pflag.FlagSet) (runner, error) {
+			o, err := f.Options(fs, klog.FromContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return agent.New(o)
+		})
+}
+
+type runner interface{ Run(context.Context) error }
+
+// newProxyCommand is a network-proxy subcommand: flags, then build and run
+// until the context (SIGTERM) ends.
+func newProxyCommand(use, short, long string, addFlags func(*pflag.FlagSet), build func(context.Context, *pflag.FlagSet) (runner, error)) *cobra.Command {
+	cmd := &cobra.Command{
+		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			o, err := f.Options(cmd.Flags(), klog.FromContext(ctx))
+			r, err := build(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
-			s, err := server.New(o)
-			if err != nil {
-				return err
-			}
-			return s.Run(ctx)
+			return r.Run(cmd.Context())
 		},
 	}
-	f.AddFlags(cmd.Flags())
+	addFlags(cmd.Flags())
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 
+	"github.com/portside-io/portside/internal/netproxy"
 	"github.com/portside-io/portside/internal/netproxy/tlsutil"
 )
 
@@ -32,7 +33,7 @@ type Flags struct {
 	Streams                                      bool
 	EnableProfiling                              bool
 
-	ignored map[string]struct{}
+	ignored netproxy.IgnoredFlags
 }
 
 // ignoredFlags are upstream flags Portside accepts and does not implement.
@@ -54,7 +55,7 @@ func NewFlags() *Flags {
 	return &Flags{ServerHost: "127.0.0.1", ServerPort: 8091, AgentID: os.Getenv("PROXY_AGENT_ID"),
 		HealthPort: 8093, AdminPort: 8094, AdminBind: "127.0.0.1",
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, ProbeInterval: time.Second,
-		KeepaliveTime: time.Hour, Streams: true, ignored: map[string]struct{}{}}
+		KeepaliveTime: time.Hour, Streams: true}
 }
 
 // AddFlags registers the flags on fs.
@@ -81,26 +82,13 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Plaintext, "portside-plaintext", f.Plaintext, "Connect without TLS (tests, or a TLS-terminating sidecar).")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside servers one stream per connection (no head-of-line blocking).")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
-	for name, def := range ignoredFlags {
-		usage := "Accepted for compatibility with upstream's proxy-agent, and ignored."
-		if def == "true" || def == "false" {
-			// Bool flags must parse without a value (--enable-lease-controller).
-			fs.Bool(name, def == "true", usage)
-		} else {
-			fs.String(name, def, usage)
-		}
-		f.ignored[name] = struct{}{}
-	}
+	f.ignored = netproxy.RegisterIgnored(fs, ignoredFlags, "proxy-agent")
 }
 
 // Options builds agent Options; it logs the upstream flags that were set
 // but are ignored.
 func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) {
-	for name := range f.ignored {
-		if fs.Changed(name) {
-			logger.Info("Ignoring upstream flag Portside does not implement", "flag", "--"+name)
-		}
-	}
+	f.ignored.LogSet(fs, logger)
 	o := Options{ServerAddress: net.JoinHostPort(f.ServerHost, strconv.Itoa(f.ServerPort)),
 		AgentID: f.AgentID, AgentIdentifiers: f.AgentIdentifiers,
 		SyncInterval: f.SyncInterval, SyncIntervalCap: f.SyncIntervalCap, ProbeInterval: f.ProbeInterval,

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/portside-io/portside/internal/netproxy"
 	"github.com/portside-io/portside/internal/netproxy/tlsutil"
 )
 
@@ -42,7 +43,7 @@ type Flags struct {
 	LeaseNamespace        string
 	LeaseLabel            string
 
-	ignored map[string]struct{}
+	ignored netproxy.IgnoredFlags
 }
 
 // ignoredFlags are upstream flags Portside accepts and does not implement:
@@ -60,7 +61,7 @@ func NewFlags() *Flags {
 		AdminPort: 8095, AdminBind: "127.0.0.1", KeepaliveTime: time.Hour, FrontendKeepaliveTime: time.Hour,
 		ServerID: os.Getenv("PROXY_SERVER_ID"), ServerCount: 1, ProxyStrategies: "default",
 		GracefulShutdownTimeout: 15 * time.Second, Streams: true, LeaseNamespace: "kube-system", LeaseLabel: "k8s-app=konnectivity-server",
-		ignored: map[string]struct{}{}}
+	}
 }
 
 // AddFlags registers the flags on fs.
@@ -101,26 +102,13 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.GracefulShutdownTimeout, "graceful-shutdown-timeout", f.GracefulShutdownTimeout, "On SIGTERM, how long open tunnels may continue before they are closed.")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside agents one stream per connection (no head-of-line blocking); upstream agents are unaffected.")
-	for name, def := range ignoredFlags {
-		usage := "Accepted for compatibility with upstream's proxy-server, and ignored."
-		if def == "true" || def == "false" {
-			// Bool flags must parse without a value (--enable-lease-controller).
-			fs.Bool(name, def == "true", usage)
-		} else {
-			fs.String(name, def, usage)
-		}
-		f.ignored[name] = struct{}{}
-	}
+	f.ignored = netproxy.RegisterIgnored(fs, ignoredFlags, "proxy-server")
 }
 
 // Options builds server Options, loading certificates and the TokenReview
 // client; it logs the upstream flags that were set but are ignored.
 func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) {
-	for name := range f.ignored {
-		if fs.Changed(name) {
-			logger.Info("Ignoring upstream flag Portside does not implement", "flag", "--"+name)
-		}
-	}
+	f.ignored.LogSet(fs, logger)
 	strategies, err := ParseStrategies(f.ProxyStrategies)
 	if err != nil {
 		return Options{}, err
