@@ -238,8 +238,10 @@ func TestGRPCFrontendTLS(t *testing.T) {
 	dial := func(cfg *tls.Config) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		//lint:ignore SA1019 kube-apiserver dials its egress proxy with WithBlock
+		block := grpc.WithBlock()
 		tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), s.FrontendAddr().String(),
-			grpc.WithTransportCredentials(credentials.NewTLS(cfg)), grpc.WithBlock()) //nolint:staticcheck // as kube-apiserver
+			grpc.WithTransportCredentials(credentials.NewTLS(cfg)), block)
 		if err != nil {
 			return nil, err
 		}

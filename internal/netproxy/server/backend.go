@@ -112,12 +112,6 @@ func (b *backend) shutdown() (pending, established []*conn) {
 	return pending, established
 }
 
-func (b *backend) counts() (pending, established int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.pending), len(b.conns)
-}
-
 // registry holds the connected backends.
 type registry struct {
 	mu        sync.RWMutex
@@ -176,10 +170,4 @@ func (r *registry) choose(strategies []Strategy, address string) (*backend, Stra
 		return nil, ""
 	}
 	return r.list[pick(idx)], s
-}
-
-func (r *registry) snapshot() []*backend {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return append([]*backend(nil), r.list...)
 }

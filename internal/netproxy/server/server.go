@@ -37,7 +37,9 @@ const (
 
 // ErrNoAgent is the dial error when no connected agent may serve the
 // address; the text is upstream's.
-var ErrNoAgent = errors.New("No agent available") //nolint:staticcheck // upstream's wording, matched by tools
+//
+//lint:ignore ST1005 upstream's wording, which tools and kube-apiserver users match
+var ErrNoAgent = errors.New("No agent available")
 
 // Options configures a Server. Addresses are host:port ("127.0.0.1:0"
 // picks a free port); an empty health or admin address disables it.
