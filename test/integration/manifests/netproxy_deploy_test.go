@@ -77,6 +77,10 @@ func TestNetworkProxyManifests(t *testing.T) {
 				_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, dry)
 			case *rbacv1.ClusterRoleBinding:
 				_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, dry)
+			case *rbacv1.Role:
+				_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, dry)
+			case *rbacv1.RoleBinding:
+				_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, dry)
 			case *corev1.Pod:
 				serverSocket = flagValue(o.Spec.Containers[0].Command, "--uds-name")
 				checkCommands(t, file, o.Spec.Containers)
@@ -92,7 +96,7 @@ func TestNetworkProxyManifests(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"EgressSelectorConfiguration", "Pod", "ClusterRoleBinding", "ServiceAccount", "DaemonSet"} {
+	for _, k := range []string{"EgressSelectorConfiguration", "Pod", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "DaemonSet"} {
 		if kinds[k] != 1 {
 			t.Errorf("want one %s, got %d (%v)", k, kinds[k], kinds)
 		}
