@@ -223,7 +223,7 @@ func newCloudRegistriesCommand(f *cloudFlags) *cobra.Command {
 		return c.one(r, "added registry "+r.Host)
 	})
 	cred := verb(f, "credential IMAGE", "Issue a pull credential for an image", cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {
-		cr, err := c.c.Credential(cmd.Context(), args[0])
+		cr, err := c.c.Credential(cmd.Context(), api.CredentialRequest{Image: args[0]})
 		if err != nil {
 			return err
 		}

@@ -285,9 +285,9 @@ type instrumentedCredentials struct {
 	m  *apiMetrics
 }
 
-func (w *instrumentedCredentials) RegistryCredential(ctx context.Context, image string) (*cloud.RegistryCredential, error) {
+func (w *instrumentedCredentials) RegistryCredential(ctx context.Context, req cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
 	start := time.Now()
-	c, err := w.rc.RegistryCredential(ctx, image)
+	c, err := w.rc.RegistryCredential(ctx, req)
 	w.m.observe("registry_credential", start, err)
 	return c, err
 }

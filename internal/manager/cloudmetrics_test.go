@@ -82,7 +82,7 @@ func (r mcRoutes) DeleteRoute(context.Context, string, cloud.Route) error { retu
 func (v mcVolumes) VolumeTopology(context.Context, *corev1.PersistentVolume) (*cloud.VolumeTopology, error) {
 	return &cloud.VolumeTopology{}, v.err
 }
-func (c mcCreds) RegistryCredential(context.Context, string) (*cloud.RegistryCredential, error) {
+func (c mcCreds) RegistryCredential(context.Context, cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
 	return &cloud.RegistryCredential{}, c.err
 }
 
@@ -141,7 +141,7 @@ func callAll(t *testing.T, p cloud.Provider) {
 	vols, _ := p.Volumes()
 	_, _ = vols.VolumeTopology(ctx, &corev1.PersistentVolume{})
 	creds, _ := p.RegistryCredentials()
-	_, _ = creds.RegistryCredential(ctx, "registry.example.com/a:1")
+	_, _ = creds.RegistryCredential(ctx, cloud.RegistryCredentialRequest{Image: "registry.example.com/a:1"})
 }
 
 func TestInstrumentProvider(t *testing.T) {

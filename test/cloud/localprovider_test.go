@@ -252,11 +252,11 @@ func TestLocalProviderRoutesVolumesCredentials(t *testing.T) {
 	}
 
 	creds, _ := p.RegistryCredentials()
-	if _, err := creds.RegistryCredential(ctx, "registry.local:5000/app:1"); !cloud.IsNotFound(err) {
+	if _, err := creds.RegistryCredential(ctx, cloud.RegistryCredentialRequest{Image: "registry.local:5000/app:1"}); !cloud.IsNotFound(err) {
 		t.Fatalf("unknown registry: %v", err)
 	}
 	_, _ = lc.Client.CreateRegistry(ctx, "registry.local:5000")
-	c, err := creds.RegistryCredential(ctx, "registry.local:5000/app:1")
+	c, err := creds.RegistryCredential(ctx, cloud.RegistryCredentialRequest{Image: "registry.local:5000/app:1"})
 	if err != nil || c.Registry != "registry.local:5000" || c.Password == "" || c.ExpiresAt.IsZero() {
 		t.Fatalf("credential = %+v %v", c, err)
 	}

@@ -210,19 +210,53 @@ type CreateVolumeRequest struct {
 type Registry struct {
 	Host      string    `json:"host"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Served is true for the registry the local cloud itself serves (an OCI
+	// distribution registry on Host); other registries are hosts the cloud
+	// only issues credentials for.
+	Served bool `json:"served,omitempty"`
 }
 
-// CredentialRequest asks for a pull credential for an image.
+// CredentialRequest asks for a registry credential for an image.
 type CredentialRequest struct {
 	Image string `json:"image"`
+	// ServiceAccountToken, when set, is exchanged: the cloud verifies it
+	// against a trusted issuer (see TokenIssuer) and binds the credential to
+	// that service account. The kubelet sends it in service-account-token mode.
+	ServiceAccountToken string `json:"serviceAccountToken,omitempty"`
+	// ServiceAccountAnnotations are the annotations the kubelet passes along
+	// with the token (tokenAttributes in the kubelet's config).
+	ServiceAccountAnnotations map[string]string `json:"serviceAccountAnnotations,omitempty"`
+	// Push asks for a credential that may also push to the served registry.
+	Push bool `json:"push,omitempty"`
 }
 
-// Credential is a short-lived registry credential.
+// Credential is a short-lived registry credential, signed by the cloud.
 type Credential struct {
 	Registry  string    `json:"registry"`
 	Username  string    `json:"username"`
 	Password  string    `json:"password"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// Subject is who the credential was issued to:
+	// "system:serviceaccount:<namespace>:<name>" for an exchanged token, else
+	// "node".
+	Subject string `json:"subject,omitempty"`
+	// Push is true when the credential may push.
+	Push bool `json:"push,omitempty"`
+}
+
+// TokenIssuer is a service-account token issuer the cloud trusts when it
+// exchanges tokens for registry credentials (a cluster's kube-apiserver:
+// its --service-account-issuer and the public half of its
+// --service-account-signing-key-file).
+type TokenIssuer struct {
+	// Issuer is the token's "iss" claim, e.g. "https://kubernetes.default.svc".
+	Issuer string `json:"issuer"`
+	// Audiences lists the "aud" values accepted; one must be in the token.
+	Audiences []string `json:"audiences"`
+	// PublicKeysPEM holds one or more PEM public keys (RSA or ECDSA) that
+	// verify the tokens' signatures.
+	PublicKeysPEM string    `json:"publicKeysPEM"`
+	CreatedAt     time.Time `json:"createdAt,omitempty"`
 }
 
 // FaultRule injects failures into requests matching Method and Path.

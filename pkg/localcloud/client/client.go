@@ -276,10 +276,22 @@ func (c *Client) ListRegistries(ctx context.Context) ([]api.Registry, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/registries", nil, &out)
 }
 
-// Credential issues a pull credential for image.
-func (c *Client) Credential(ctx context.Context, image string) (*api.Credential, error) {
+// Credential issues a registry credential for req.Image.
+func (c *Client) Credential(ctx context.Context, req api.CredentialRequest) (*api.Credential, error) {
 	var out api.Credential
-	return &out, c.do(ctx, http.MethodPost, "/v1/credentials", api.CredentialRequest{Image: image}, &out)
+	return &out, c.do(ctx, http.MethodPost, "/v1/credentials", req, &out)
+}
+
+// PutTokenIssuer trusts (or replaces, by issuer) a service-account token issuer.
+func (c *Client) PutTokenIssuer(ctx context.Context, iss api.TokenIssuer) (*api.TokenIssuer, error) {
+	var out api.TokenIssuer
+	return &out, c.do(ctx, http.MethodPost, "/v1/token-issuers", iss, &out)
+}
+
+// ListTokenIssuers lists the trusted token issuers.
+func (c *Client) ListTokenIssuers(ctx context.Context) ([]api.TokenIssuer, error) {
+	var out []api.TokenIssuer
+	return out, c.do(ctx, http.MethodGet, "/v1/token-issuers", nil, &out)
 }
 
 // Faults returns the fault rules in force.

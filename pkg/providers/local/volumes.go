@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portside-io/portside/pkg/cloud"
+	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
 type volumes Provider
@@ -27,10 +28,18 @@ func (p *volumes) VolumeTopology(ctx context.Context, pv *corev1.PersistentVolum
 
 type credentials Provider
 
-func (p *credentials) RegistryCredential(ctx context.Context, image string) (*cloud.RegistryCredential, error) {
-	cred, err := p.c.Credential(ctx, image)
+// RegistryCredential asks the cloud to sign a credential; in
+// service-account-token mode the cloud verifies the token against the
+// cluster's issuer and binds the credential to the service account.
+func (p *credentials) RegistryCredential(ctx context.Context, req cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
+	cred, err := p.c.Credential(ctx, api.CredentialRequest{
+		Image: req.Image, ServiceAccountToken: req.ServiceAccountToken, ServiceAccountAnnotations: req.ServiceAccountAnnotations,
+	})
 	if err != nil {
-		return nil, sdkErr(err, "credential for "+image)
+		return nil, sdkErr(err, "credential for "+req.Image)
 	}
-	return &cloud.RegistryCredential{Registry: cred.Registry, Username: cred.Username, Password: cred.Password, ExpiresAt: cred.ExpiresAt}, nil
+	return &cloud.RegistryCredential{
+		Registry: cred.Registry, Username: cred.Username, Password: cred.Password,
+		ExpiresAt: cred.ExpiresAt, Scope: cloud.ScopeRegistry,
+	}, nil
 }
