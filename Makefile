@@ -32,8 +32,8 @@ help: ## Show this help
 # -trimpath as in hack/tools/build.sh: with the same flags and the same
 # module versions (hack/check-shared-deps.sh), the first build reuses the
 # packages the tools build compiled.
-build: ## Build the portside binary into _output/bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
+build: ## Build the portside binary (and the lean portside-credential-provider) into _output/bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/bin/ ./cmd/portside ./cmd/portside-credential-provider
 
 .PHONY: tools
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and ANP proxy-server/proxy-agent (once)

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -28,7 +29,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand(),
-		newProxyServerCommand(), newProxyAgentCommand())
+		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand())
 	return root
 }
 
@@ -39,7 +40,9 @@ func Execute() int {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	if err := NewRootCommand().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "portside: error:", err)
+		if !errors.Is(err, errExitCode) {
+			fmt.Fprintln(os.Stderr, "portside: error:", err)
+		}
 		return 1
 	}
 	return 0

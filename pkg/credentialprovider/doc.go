@@ -1,0 +1,18 @@
+// Package credentialprovider turns a provider's registry-credentials
+// capability (cloud.RegistryCredentials) into a kubelet image credential
+// provider: the exec plugin the kubelet runs per image pull with a
+// credentialprovider.kubelet.k8s.io/v1 CredentialProviderRequest on stdin,
+// answering with a CredentialProviderResponse on stdout.
+//
+// A provider ships a plugin with a main of a few lines:
+//
+//	func main() {
+//		os.Exit(credentialprovider.Main(func(ctx context.Context) (cloud.RegistryCredentials, error) {
+//			return myprovider.NewRegistryCredentials(ctx)
+//		}))
+//	}
+//
+// The response's cacheKeyType follows the credential's scope and its
+// cacheDuration its real lifetime, so the kubelet re-executes the plugin
+// shortly before the credential expires and never for pulls its cache covers.
+package credentialprovider
