@@ -69,6 +69,16 @@ type ControlPlane struct {
 
 const maxPortAttempts = 3
 
+// ServiceAccountIssuer is the "iss" claim of the cluster's service-account
+// tokens (kube-apiserver's --service-account-issuer).
+const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+// ServiceAccountPublicKeyPEM returns the PEM public key that verifies the
+// cluster's service-account tokens, for a cloud that exchanges them.
+func (cp *ControlPlane) ServiceAccountPublicKeyPEM() ([]byte, error) {
+	return os.ReadFile(filepath.Join(cp.dir, "pki", "sa.pub"))
+}
+
 // Start starts etcd then kube-apiserver and waits until the apiserver is ready.
 // On any failure everything already started is stopped, and the error names
 // the part that failed and the end of its log.
@@ -192,7 +202,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
 		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
 		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-issuer=" + ServiceAccountIssuer,
 		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 		"--service-cluster-ip-range=" + opts.ServiceClusterIPRange,

@@ -1,0 +1,114 @@
+package credentialprovider
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/portside-io/portside/internal/localcloud/registry"
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/internal/tools"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// cloud is a local cloud with its registry, seeded with the small image.
+type cloud struct {
+	client   *client.Client
+	registry string // host:port
+	seeded   string // <registry>/portside/hello:1.0@sha256:...
+	config   string // the local provider's cloud config file
+}
+
+// startCloud runs a local cloud whose credentials live ttl, serving its
+// API and its registry on free loopback ports, until the test ends.
+func startCloud(t testing.TB, ttl time.Duration) *cloud {
+	t.Helper()
+	dir := t.TempDir()
+	token := fmt.Sprintf("test-%d", rand.Int64())
+	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{Token: token, CredentialTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := httptest.NewUnstartedServer(nil)
+	host := rs.Listener.Addr().String()
+	if rs.Config.Handler, err = srv.ServeRegistry(host); err != nil {
+		t.Fatal(err)
+	}
+	rs.Start()
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { api.Close(); rs.Close(); srv.Close() })
+
+	c := &cloud{client: client.New(api.URL, token), registry: host, config: filepath.Join(dir, "cloud.yaml")}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.config, []byte("endpoint: "+api.URL+"\ntokenFile: "+tokenFile+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c.seeded, err = registry.SeedServed(context.Background(), c.client, ""); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sampleConfig is a file of deploy/credential-provider as written, with
+// only the registry address, the plugin's name and the cloud config path
+// made this test's.
+func sampleConfig(t testing.TB, file, registryHost, pluginName, cloudConfig string) string {
+	t.Helper()
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "credential-provider", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for old, repl := range map[string]string{
+		`"127.0.0.1:5000"`:                       `"` + registryHost + `"`,
+		"name: portside-credential-provider":     "name: " + pluginName,
+		"--cloud-config=/etc/portside/cloud.yaml": "--cloud-config=" + cloudConfig,
+	} {
+		if !strings.Contains(s, old) {
+			t.Fatalf("%s no longer contains %q: update the test with the sample", file, old)
+		}
+		s = strings.ReplaceAll(s, old, repl)
+	}
+	path := filepath.Join(t.TempDir(), file)
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// pull fetches the manifest of ref with a standard registry client
+// (go-containerregistry), with the given credentials or anonymously.
+func pull(ref string, a *auth) (string, error) {
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	opt := remote.WithAuth(authn.Anonymous)
+	if a != nil {
+		opt = remote.WithAuth(&authn.Basic{Username: a.Username, Password: a.Password})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc, err := remote.Get(r, opt, remote.WithContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	return desc.Digest.String(), nil
+}

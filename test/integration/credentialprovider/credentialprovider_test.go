@@ -1,0 +1,98 @@
+// Package credentialprovider tests Portside's kubelet image credential
+// provider as the kubelet runs it: the kubelet's own plugin client
+// (k8s.io/kubernetes/pkg/credentialprovider/plugin v1.37.2, through
+// hack/tools/kubelet-credential-harness) execs the plugin, caches its
+// answers, and the credentials it returns pull from the local cloud's OCI
+// registry with a standard registry client; a real kube-apiserver issues
+// the service-account tokens of token mode.
+package credentialprovider
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portside-io/portside/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestKubeletPullsWithPluginCredentials: matching images get credentials
+// that pull; the kubelet's cache covers repeated pulls and other images of
+// the registry (cacheKeyType Registry); other images never exec the plugin.
+func TestKubeletPullsWithPluginCredentials(t *testing.T) {
+	testenv.ControlPlane(t) // the package's control plane runs (or -short skips)
+	c := startCloud(t, time.Hour)
+	// Any binary name works: the kubelet runs <bin-dir>/<name>.
+	binDir := installPlugin(t, "local-registry-credentials")
+	config := sampleConfig(t, "credential-provider-config.yaml", c.registry, "local-registry-credentials", c.config)
+	k := startKubelet(t, config, binDir, "")
+
+	image := c.registry + "/portside/hello:1.0"
+	if _, err := pull(image, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+		t.Fatalf("an anonymous pull must be refused with UNAUTHORIZED, got %v", err)
+	}
+	r := k.lookup(t, image, pod{})
+	if !r.Found || len(r.Auths) != 1 || r.Execs != 1 {
+		t.Fatalf("lookup = %+v, want one credential from one exec", r)
+	}
+	digest, err := pull(image, &r.Auths[0])
+	if err != nil {
+		t.Fatalf("pull with the plugin's credential: %v", err)
+	}
+	if !strings.HasSuffix(c.seeded, "@"+digest) {
+		t.Fatalf("pulled %s, seeded %s", digest, c.seeded)
+	}
+
+	// Within the cache duration: no exec, for the same image and for any
+	// other image of the registry.
+	for _, img := range []string{image, c.registry + "/portside/hello@" + digest, c.registry + "/team/other:2"} {
+		if r := k.lookup(t, img, pod{}); !r.Found || r.Execs != 1 {
+			t.Fatalf("lookup %s = %+v, want a cached credential (execs still 1)", img, r)
+		}
+	}
+	// Images the config does not match: no credential, no exec.
+	host, port, _ := strings.Cut(c.registry, ":")
+	for _, img := range []string{"docker.io/library/nginx:1.27", "nginx", host + ":1" + port + "/portside/hello:1.0", "registry.example.com/portside/hello:1.0"} {
+		if r := k.lookup(t, img, pod{}); r.Found || r.Execs != 1 {
+			t.Fatalf("lookup %s = %+v, want nothing and no exec", img, r)
+		}
+	}
+}
+
+// TestCredentialExpiry: the plugin's cacheDuration follows the credential's
+// lifetime, so the kubelet asks again before it expires; an expired
+// credential no longer pulls.
+func TestCredentialExpiry(t *testing.T) {
+	testenv.ControlPlane(t)
+	c := startCloud(t, 3*time.Second)
+	binDir := installPlugin(t, "portside-credential-provider")
+	config := sampleConfig(t, "credential-provider-config.yaml", c.registry, "portside-credential-provider", c.config)
+	k := startKubelet(t, config, binDir, "")
+	image := c.registry + "/portside/hello:1.0"
+
+	first := k.lookup(t, image, pod{})
+	issued := time.Now()
+	if !first.Found || first.Execs != 1 {
+		t.Fatalf("lookup = %+v", first)
+	}
+	if _, err := pull(image, &first.Auths[0]); err != nil {
+		t.Fatalf("pull with a fresh credential: %v", err)
+	}
+	// 3 s of life → cached 2 s (less a tenth, in whole seconds): within it no
+	// exec, after it one.
+	if r := k.lookup(t, image, pod{}); r.Execs != 1 {
+		t.Fatalf("lookup within the cache duration exec'd the plugin: %+v", r)
+	}
+	time.Sleep(time.Until(issued.Add(3500 * time.Millisecond)))
+	if _, err := pull(image, &first.Auths[0]); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+		t.Fatalf("a pull with an expired credential must be refused, got %v", err)
+	}
+	second := k.lookup(t, image, pod{})
+	if !second.Found || second.Execs != 2 || second.Auths[0].Password == first.Auths[0].Password {
+		t.Fatalf("after the cache duration the kubelet must exec again for a new credential: %+v", second)
+	}
+	if _, err := pull(image, &second.Auths[0]); err != nil {
+		t.Fatalf("pull with the renewed credential: %v", err)
+	}
+}
