@@ -32,9 +32,13 @@ var (
 
 // Main starts the control plane, runs the package's tests, stops the control
 // plane (also on SIGINT/SIGTERM) and exits with the tests' status.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with clean-up of its own: it returns the exit
+// code instead of exiting.
+func Run(m *testing.M) int {
 	flag.Parse()
-	os.Exit(run(m))
+	return run(m)
 }
 
 func run(m *testing.M) int {

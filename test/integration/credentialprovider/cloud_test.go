@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/tools"
@@ -77,8 +78,8 @@ func sampleConfig(t testing.TB, file, registryHost, pluginName, cloudConfig stri
 	}
 	s := string(data)
 	for old, repl := range map[string]string{
-		`"127.0.0.1:5000"`:                       `"` + registryHost + `"`,
-		"name: portside-credential-provider":     "name: " + pluginName,
+		`"127.0.0.1:5000"`:                        `"` + registryHost + `"`,
+		"name: portside-credential-provider":      "name: " + pluginName,
 		"--cloud-config=/etc/portside/cloud.yaml": "--cloud-config=" + cloudConfig,
 	} {
 		if !strings.Contains(s, old) {
@@ -95,7 +96,7 @@ func sampleConfig(t testing.TB, file, registryHost, pluginName, cloudConfig stri
 
 // pull fetches the manifest of ref with a standard registry client
 // (go-containerregistry), with the given credentials or anonymously.
-func pull(ref string, a *auth) (string, error) {
+func pull(ref string, a *kubelettest.Auth) (string, error) {
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
 		return "", err

@@ -8,14 +8,22 @@
 package credentialprovider
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
 	"github.com/portside-io/portside/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	code := testenv.Run(m)
+	if bins.dir != "" {
+		_ = os.RemoveAll(bins.dir)
+	}
+	os.Exit(code)
+}
 
 // TestKubeletPullsWithPluginCredentials: matching images get credentials
 // that pull; the kubelet's cache covers repeated pulls and other images of
@@ -26,13 +34,13 @@ func TestKubeletPullsWithPluginCredentials(t *testing.T) {
 	// Any binary name works: the kubelet runs <bin-dir>/<name>.
 	binDir := installPlugin(t, "local-registry-credentials")
 	config := sampleConfig(t, "credential-provider-config.yaml", c.registry, "local-registry-credentials", c.config)
-	k := startKubelet(t, config, binDir, "")
+	k := kubelettest.Start(t, config, binDir, "")
 
 	image := c.registry + "/portside/hello:1.0"
 	if _, err := pull(image, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Fatalf("an anonymous pull must be refused with UNAUTHORIZED, got %v", err)
 	}
-	r := k.lookup(t, image, pod{})
+	r := k.Lookup(t, image, kubelettest.Pod{})
 	if !r.Found || len(r.Auths) != 1 || r.Execs != 1 {
 		t.Fatalf("lookup = %+v, want one credential from one exec", r)
 	}
@@ -47,14 +55,14 @@ func TestKubeletPullsWithPluginCredentials(t *testing.T) {
 	// Within the cache duration: no exec, for the same image and for any
 	// other image of the registry.
 	for _, img := range []string{image, c.registry + "/portside/hello@" + digest, c.registry + "/team/other:2"} {
-		if r := k.lookup(t, img, pod{}); !r.Found || r.Execs != 1 {
+		if r := k.Lookup(t, img, kubelettest.Pod{}); !r.Found || r.Execs != 1 {
 			t.Fatalf("lookup %s = %+v, want a cached credential (execs still 1)", img, r)
 		}
 	}
 	// Images the config does not match: no credential, no exec.
 	host, port, _ := strings.Cut(c.registry, ":")
 	for _, img := range []string{"docker.io/library/nginx:1.27", "nginx", host + ":1" + port + "/portside/hello:1.0", "registry.example.com/portside/hello:1.0"} {
-		if r := k.lookup(t, img, pod{}); r.Found || r.Execs != 1 {
+		if r := k.Lookup(t, img, kubelettest.Pod{}); r.Found || r.Execs != 1 {
 			t.Fatalf("lookup %s = %+v, want nothing and no exec", img, r)
 		}
 	}
@@ -68,10 +76,10 @@ func TestCredentialExpiry(t *testing.T) {
 	c := startCloud(t, 3*time.Second)
 	binDir := installPlugin(t, "portside-credential-provider")
 	config := sampleConfig(t, "credential-provider-config.yaml", c.registry, "portside-credential-provider", c.config)
-	k := startKubelet(t, config, binDir, "")
+	k := kubelettest.Start(t, config, binDir, "")
 	image := c.registry + "/portside/hello:1.0"
 
-	first := k.lookup(t, image, pod{})
+	first := k.Lookup(t, image, kubelettest.Pod{})
 	issued := time.Now()
 	if !first.Found || first.Execs != 1 {
 		t.Fatalf("lookup = %+v", first)
@@ -81,14 +89,14 @@ func TestCredentialExpiry(t *testing.T) {
 	}
 	// 3 s of life → cached 2 s (less a tenth, in whole seconds): within it no
 	// exec, after it one.
-	if r := k.lookup(t, image, pod{}); r.Execs != 1 {
+	if r := k.Lookup(t, image, kubelettest.Pod{}); r.Execs != 1 {
 		t.Fatalf("lookup within the cache duration exec'd the plugin: %+v", r)
 	}
 	time.Sleep(time.Until(issued.Add(3500 * time.Millisecond)))
 	if _, err := pull(image, &first.Auths[0]); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Fatalf("a pull with an expired credential must be refused, got %v", err)
 	}
-	second := k.lookup(t, image, pod{})
+	second := k.Lookup(t, image, kubelettest.Pod{})
 	if !second.Found || second.Execs != 2 || second.Auths[0].Password == first.Auths[0].Password {
 		t.Fatalf("after the cache duration the kubelet must exec again for a new credential: %+v", second)
 	}
