@@ -36,7 +36,7 @@ build: ## Build the portside binary (and the lean portside-credential-provider) 
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/bin/ ./cmd/portside ./cmd/portside-credential-provider
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and ANP proxy-server/proxy-agent (once)
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, ANP proxy-server/proxy-agent and the kubelet credential-provider harness (once)
 	@hack/tools/build.sh
 
 .PHONY: test

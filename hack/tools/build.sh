@@ -2,8 +2,10 @@
 # Builds the pinned control-plane binaries (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, etcd, and the upstream
 # apiserver-network-proxy proxy-server and proxy-agent) from Go module sources into
-# _output/tools/<versions>/bin. A quick no-op when they are already built
-# from the same pins.
+# _output/tools/<versions>/bin, together with kubelet-credential-harness
+# (./kubelet-credential-harness: the kubelet's credential provider plugin
+# client at KUBE_VERSION, for tests). A quick no-op when they are already
+# built from the same pins and sources.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,11 +13,12 @@ root=$(cd "$here/../.." && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 out="$root/_output/tools/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}/bin"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd proxy-server proxy-agent)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd proxy-server proxy-agent kubelet-credential-harness)
 
 # The stamp is a hash of everything that decides the binaries' content.
 stamp=$(cat "$here/versions.env" "$here/build.sh" "$here/go.mod" "$here/go.sum" \
-  "$here/etcd/go.mod" "$here/etcd/go.sum" "$here/etcd/main.go" | sha256sum | cut -c1-16)
+  "$here/etcd/go.mod" "$here/etcd/go.sum" "$here/etcd/main.go" \
+  "$here"/kubelet-credential-harness/*.go | sha256sum | cut -c1-16)
 
 have_all() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -70,13 +73,15 @@ kube_ldflags="-s -w \
 
 run_step "etcd ${ETCD_VERSION}" "about 1 min cold" \
   bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$tmp/etcd' ."
-# ANP's two commands share the module (and most compiled packages) with
-# Kubernetes, so they build in the same go build. Both are named after their
-# directories (server, agent); they are renamed below.
-run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ${KUBE_VERSION}; proxy-server, proxy-agent (apiserver-network-proxy ${ANP_VERSION})" "10-15 min cold on 2 cores" \
+# ANP's two commands and kubelet-credential-harness share the module (and
+# most compiled packages) with Kubernetes, so they build in the same go build.
+# ANP's are named after their directories (server, agent); they are renamed
+# below.
+run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet-credential-harness ${KUBE_VERSION}; proxy-server, proxy-agent (apiserver-network-proxy ${ANP_VERSION})" "10-15 min cold on 2 cores" \
   bash -c "cd '$here' && go build -trimpath -ldflags '$kube_ldflags' -o '$tmp/' \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
-    sigs.k8s.io/apiserver-network-proxy/cmd/server sigs.k8s.io/apiserver-network-proxy/cmd/agent"
+    sigs.k8s.io/apiserver-network-proxy/cmd/server sigs.k8s.io/apiserver-network-proxy/cmd/agent \
+    ./kubelet-credential-harness"
 mv "$tmp/server" "$tmp/proxy-server"
 mv "$tmp/agent" "$tmp/proxy-agent"
 

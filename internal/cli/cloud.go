@@ -122,6 +122,8 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:8780", "API address (port 0 picks a free port; see <data-dir>/endpoint)")
+	fl.StringVar(&opts.RegistryListen, "registry-listen", "127.0.0.1:0", `address of the served OCI registry (port 0 picks a free port; see <data-dir>/registry-endpoint); "" serves none`)
+	fl.DurationVar(&opts.CredentialTTL, "credential-ttl", time.Hour, "lifetime of the registry credentials the cloud issues")
 	fl.StringVar(&opts.TokenFile, "token-file", "", "bearer token file (default <data-dir>/token, generated if missing)")
 	fl.StringVar(&vipPool, "vip-pool", "127.100.0.0/16", "IPv4 range for load-balancer VIPs (on loopback)")
 	fl.StringVar(&vipPool6, "vip-pool-v6", "", "IPv6 range for load-balancer VIPs; must be routed to lo (ip -6 route add local <range> dev lo)")

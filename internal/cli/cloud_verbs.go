@@ -202,38 +202,6 @@ func newCloudVolumesCommand(f *cloudFlags) *cobra.Command {
 	return cmd
 }
 
-func newCloudRegistriesCommand(f *cloudFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "registries", Aliases: []string{"registry"}, Short: "Image registries and their credentials"}
-	list := verb(f, "list", "List registries", cobra.NoArgs, func(cmd *cobra.Command, c cloudCall, _ []string) error {
-		list, err := c.c.ListRegistries(cmd.Context())
-		if err != nil {
-			return err
-		}
-		return f.print(c.w, list, "HOST\tCREATED", func(tw io.Writer) {
-			for _, r := range list {
-				fmt.Fprintf(tw, "%s\t%s\n", r.Host, r.CreatedAt.Format("2006-01-02T15:04:05Z"))
-			}
-		})
-	})
-	add := verb(f, "add HOST", "Register an image registry", cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {
-		r, err := c.c.CreateRegistry(cmd.Context(), args[0])
-		if err != nil {
-			return err
-		}
-		return c.one(r, "added registry "+r.Host)
-	})
-	cred := verb(f, "credential IMAGE", "Issue a pull credential for an image", cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {
-		cr, err := c.c.Credential(cmd.Context(), api.CredentialRequest{Image: args[0]})
-		if err != nil {
-			return err
-		}
-		f.output = "json"
-		return c.one(cr, "")
-	})
-	cmd.AddCommand(list, add, cred)
-	return cmd
-}
-
 func newCloudZonesCommand(f *cloudFlags) *cobra.Command {
 	return verb(f, "zones", "List regions and zones", cobra.NoArgs, func(cmd *cobra.Command, c cloudCall, _ []string) error {
 		list, err := c.c.Regions(cmd.Context())

@@ -1,7 +1,7 @@
 // Package tools locates the pinned control-plane binaries (etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and
-// upstream apiserver-network-proxy's proxy-server and proxy-agent) that
-// `make tools` builds.
+// upstream apiserver-network-proxy's proxy-server and proxy-agent), and the
+// kubelet-credential-harness test helper, that `make tools` builds.
 package tools
 
 import (
@@ -27,6 +27,10 @@ const (
 	// (konnectivity) cmd/server and cmd/agent at ANP_VERSION.
 	ANPProxyServer = "proxy-server"
 	ANPProxyAgent  = "proxy-agent"
+	// KubeletCredentialHarness runs the kubelet's image credential provider
+	// plugin client at the pinned Kubernetes version, driven by JSON lines
+	// on stdin (hack/tools/kubelet-credential-harness).
+	KubeletCredentialHarness = "kubelet-credential-harness"
 )
 
 // Versions are the pinned tool versions, read from hack/tools/versions.env.

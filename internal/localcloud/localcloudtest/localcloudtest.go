@@ -24,6 +24,10 @@ type Cloud struct {
 	Client   *client.Client
 	Endpoint string
 	Token    string
+	// RegistryHost is the served OCI registry's host:port (plain HTTP on
+	// loopback); credentials from Client.Credential for it pull (and, with
+	// Push, push).
+	RegistryHost string
 	// VIPPool and NodePool are this cloud's loopback ranges.
 	VIPPool, NodePool netip.Prefix
 }
@@ -62,11 +66,20 @@ func StartWith(dir string, dp dataplane.Options) (c *Cloud, stop func(), err err
 	if err != nil {
 		return nil, nil, err
 	}
+	rs := httptest.NewUnstartedServer(nil)
+	c.RegistryHost = rs.Listener.Addr().String()
+	if rs.Config.Handler, err = srv.ServeRegistry(c.RegistryHost); err != nil {
+		rs.Close()
+		srv.Close()
+		return nil, nil, err
+	}
+	rs.Start()
 	hs := httptest.NewServer(srv.Handler())
 	c.Server, c.Endpoint = srv, hs.URL
 	c.Client = client.New(hs.URL, c.Token)
 	return c, func() {
 		hs.Close()
+		rs.Close()
 		srv.Close()
 	}, nil
 }

@@ -1,14 +1,14 @@
 package server
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -48,8 +48,15 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	host := r.PathValue("host")
 	err := s.store.Update(func(tx *store.Tx) error {
-		if !tx.Exists(store.Registries, host) {
+		reg, ok, err := store.Get[api.Registry](tx, store.Registries, host)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return notFound("registry %q not found", host)
+		}
+		if reg.Served {
+			return &apiError{http.StatusConflict, "Conflict", fmt.Sprintf("registry %q is the one the cloud serves: it cannot be removed while served (restart the cloud with --registry-listen=\"\")", host)}
 		}
 		return tx.Delete(store.Registries, host)
 	})
@@ -67,7 +74,9 @@ func RegistryHost(image string) string {
 	return "docker.io"
 }
 
-// issueCredential signs a short-lived credential for the image's registry.
+// issueCredential signs a short-lived credential for the image's registry:
+// a node credential, or, with a service-account token, one bound to that
+// service account (after the token is verified against a trusted issuer).
 func (s *Server) issueCredential(w http.ResponseWriter, r *http.Request) {
 	var req api.CredentialRequest
 	if err := decode(w, r, &req); err != nil {
@@ -89,13 +98,30 @@ func (s *Server) issueCredential(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
-	exp := time.Now().Add(s.opts.CredentialTTL).UTC().Truncate(time.Second)
-	mac := hmac.New(sha256.New, s.secret)
-	_, _ = fmt.Fprintf(mac, "%s|%d", host, exp.Unix())
-	cred := api.Credential{
-		Registry: host, Username: "portside",
-		Password:  fmt.Sprintf("%d.%s", exp.Unix(), base64.RawURLEncoding.EncodeToString(mac.Sum(nil))),
-		ExpiresAt: exp,
+	now := time.Now()
+	claims := registry.Claims{Host: host, Subject: registry.NodeSubject, Push: req.Push,
+		ExpiresAt: now.Add(s.opts.CredentialTTL).UTC().Truncate(time.Second)}
+	if req.ServiceAccountToken != "" {
+		sa, err := s.exchangeToken(req.ServiceAccountToken, now)
+		if err != nil {
+			klog.FromContext(r.Context()).V(2).Info("Service account token refused", "image", req.Image, "reason", err.Error())
+			respond(w, r, 0, nil, err)
+			return
+		}
+		if req.Push {
+			respond(w, r, 0, nil, forbidden("service account %s/%s may not push: credentials from exchanged tokens only pull", sa.Namespace, sa.Name))
+			return
+		}
+		claims.Subject = "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+		if exp := sa.Expiry.UTC().Truncate(time.Second); exp.Before(claims.ExpiresAt) {
+			claims.ExpiresAt = exp
+		}
+		klog.FromContext(r.Context()).V(2).Info("Service account token exchanged", "registry", host,
+			"namespace", sa.Namespace, "serviceAccount", sa.Name, "uid", sa.UID, "expiresAt", claims.ExpiresAt)
 	}
-	respond(w, r, http.StatusOK, cred, nil)
+	user, pass := registry.Sign(s.secret, claims)
+	respond(w, r, http.StatusOK, api.Credential{
+		Registry: host, Username: user, Password: pass, ExpiresAt: claims.ExpiresAt,
+		Subject: claims.Subject, Push: claims.Push,
+	}, nil)
 }

@@ -38,6 +38,14 @@ func notFound(format string, args ...any) error {
 	return &apiError{http.StatusNotFound, "NotFound", fmt.Sprintf(format, args...)}
 }
 
+func unauthorized(format string, args ...any) error {
+	return &apiError{http.StatusUnauthorized, "Unauthorized", fmt.Sprintf(format, args...)}
+}
+
+func forbidden(format string, args ...any) error {
+	return &apiError{http.StatusForbidden, "Forbidden", fmt.Sprintf(format, args...)}
+}
+
 func conflict(format string, args ...any) error {
 	return &apiError{http.StatusConflict, "AlreadyExists", fmt.Sprintf(format, args...)}
 }

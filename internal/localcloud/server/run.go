@@ -22,6 +22,8 @@ const (
 	StateFile    = "state.db"
 	TokenFile    = "token"
 	EndpointFile = "endpoint"
+	// RegistryEndpointFile holds the served registry's host:port.
+	RegistryEndpointFile = "registry-endpoint"
 )
 
 // RunOptions configure Run.
@@ -31,6 +33,9 @@ type RunOptions struct {
 	DataDir string
 	// Listen is the API address; port 0 picks a free port.
 	Listen string
+	// RegistryListen is the served OCI registry's address (port 0 picks a
+	// free port; <DataDir>/registry-endpoint tells it); "" serves none.
+	RegistryListen string
 	// TokenFile overrides <DataDir>/token; it is created with a random token
 	// if it does not exist.
 	TokenFile string
@@ -61,6 +66,18 @@ func Run(ctx context.Context, opts RunOptions) error {
 	}
 	defer srv.Close()
 
+	// The registry first: once the endpoint file exists, clients may ask
+	// for the served registry.
+	errc := make(chan error, 2)
+	regHost, rs, err := serveRegistry(ctx, srv, opts, errc)
+	if err != nil {
+		return err
+	}
+	if rs != nil {
+		defer func() { _ = os.Remove(filepath.Join(opts.DataDir, RegistryEndpointFile)) }()
+		defer func() { _ = rs.Close() }() // after a graceful Shutdown, a no-op
+	}
+
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another cloud running? pick another --listen)", opts.Listen, err)
@@ -77,21 +94,64 @@ func Run(ctx context.Context, opts RunOptions) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	logger.Info("Local cloud serving", "endpoint", endpoint, "dataDir", opts.DataDir,
+	servers := []*http.Server{hs}
+	if rs != nil {
+		servers = append(servers, rs)
+	}
+	logger.Info("Local cloud serving", "endpoint", endpoint, "registry", regHost, "dataDir", opts.DataDir,
 		"vipPool", srv.opts.VIPPoolV4, "nodePool", srv.opts.NodePoolV4)
 	if opts.Ready != nil {
 		opts.Ready(endpoint)
 	}
 	select {
 	case err := <-errc:
+		for _, s := range servers {
+			_ = s.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return hs.Shutdown(shutdownCtx)
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, s.Shutdown(shutdownCtx))
+	}
+	return errors.Join(errs...)
+}
+
+// serveRegistry starts the served registry on opts.RegistryListen and
+// writes <DataDir>/registry-endpoint; it returns the registry's host:port,
+// and its server, or none (recording no served registry) when
+// RegistryListen is empty.
+func serveRegistry(ctx context.Context, srv *Server, opts RunOptions, errc chan<- error) (string, *http.Server, error) {
+	if opts.RegistryListen == "" {
+		_ = os.Remove(filepath.Join(opts.DataDir, RegistryEndpointFile))
+		return "", nil, srv.recordServedRegistry("")
+	}
+	ln, err := net.Listen("tcp", opts.RegistryListen)
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot listen on %s for the registry: %w (pick another --registry-listen)", opts.RegistryListen, err)
+	}
+	host := ln.Addr().String()
+	h, err := srv.ServeRegistry(host)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(opts.DataDir, RegistryEndpointFile), []byte(host+"\n"), 0o644)
+	}
+	if err != nil {
+		_ = ln.Close()
+		return "", nil, err
+	}
+	rs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       5 * time.Minute, // blob uploads
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() { errc <- rs.Serve(ln) }()
+	return host, rs, nil
 }
 
 // EnsureToken reads the token file, creating it with a random token when

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
+	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -73,6 +75,11 @@ type Server struct {
 	store  *store.Store
 	plane  *dataplane.Plane
 	secret []byte // signs registry credentials
+	dir    string // the state file's directory
+	logger klog.Logger
+
+	registry     *registry.Registry // the served registry, once ServeRegistry is called
+	registryHost string
 
 	faultsMu sync.RWMutex
 	faults   api.Faults
@@ -92,7 +99,8 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{}}
+	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
+		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx)}
 	if err := s.loadSecret(); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -108,9 +116,12 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the data plane and closes the state.
+// Close stops the data plane and closes the served registry and the state.
 func (s *Server) Close() {
 	s.plane.Close()
+	if s.registry != nil {
+		_ = s.registry.Close()
+	}
 	_ = s.store.Close()
 }
 
@@ -181,6 +192,9 @@ func (s *Server) Handler() http.Handler {
 	v1.HandleFunc("POST /v1/registries", s.createRegistry)
 	v1.HandleFunc("DELETE /v1/registries/{host}", s.deleteRegistry)
 	v1.HandleFunc("POST /v1/credentials", s.issueCredential)
+	v1.HandleFunc("GET /v1/token-issuers", s.listTokenIssuers)
+	v1.HandleFunc("POST /v1/token-issuers", s.putTokenIssuer)
+	v1.HandleFunc("DELETE /v1/token-issuers", s.deleteTokenIssuer)
 	v1.HandleFunc("GET /v1/faults", s.getFaults)
 	v1.HandleFunc("PUT /v1/faults", s.putFaults)
 	v1.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

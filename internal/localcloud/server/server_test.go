@@ -160,7 +160,7 @@ func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
 			return err
 		}, 400, `unknown zone "nowhere"`},
 		{"credential for unknown registry", func() error {
-			_, err := c.Credential(ctx, "registry.example.com/app:1")
+			_, err := c.Credential(ctx, api.CredentialRequest{Image: "registry.example.com/app:1"})
 			return err
 		}, 404, `"registry.example.com"`},
 	}
@@ -309,7 +309,7 @@ func TestRoutesVolumesCredentials(t *testing.T) {
 	if _, err := c.CreateRegistry(ctx, "registry.example.com:5000"); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := c.Credential(ctx, "registry.example.com:5000/team/app:1.0")
+	cred, err := c.Credential(ctx, api.CredentialRequest{Image: "registry.example.com:5000/team/app:1.0"})
 	if err != nil || cred.Registry != "registry.example.com:5000" || cred.Password == "" || time.Until(cred.ExpiresAt) < 50*time.Minute {
 		t.Fatalf("credential = %+v %v", cred, err)
 	}

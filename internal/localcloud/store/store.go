@@ -22,12 +22,14 @@ const (
 	Routes        = "routes"
 	Volumes       = "volumes"
 	Registries    = "registries"
-	Meta          = "meta"
+	// TokenIssuers holds trusted service-account token issuers, by issuer.
+	TokenIssuers = "tokenissuers"
+	Meta         = "meta"
 	// IPs holds allocated addresses: key = address, value = owner.
 	IPs = "ips"
 )
 
-var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, Meta, IPs, RouteCIDRs}
+var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, TokenIssuers, Meta, IPs, RouteCIDRs}
 
 // Store is an open state file.
 type Store struct{ db *bolt.DB }

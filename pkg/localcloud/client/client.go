@@ -294,6 +294,11 @@ func (c *Client) ListTokenIssuers(ctx context.Context) ([]api.TokenIssuer, error
 	return out, c.do(ctx, http.MethodGet, "/v1/token-issuers", nil, &out)
 }
 
+// DeleteTokenIssuer stops trusting a service-account token issuer.
+func (c *Client) DeleteTokenIssuer(ctx context.Context, issuer string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/token-issuers?issuer="+url.QueryEscape(issuer), nil, nil)
+}
+
 // Faults returns the fault rules in force.
 func (c *Client) Faults(ctx context.Context) (*api.Faults, error) {
 	var out api.Faults

@@ -1,0 +1,126 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
+)
+
+// Realm is the HTTP Basic realm the registry challenges with.
+const Realm = "portside local cloud registry"
+
+// Options configure a Registry.
+type Options struct {
+	// Host is the host:port clients use to reach the registry; credentials
+	// must be for it.
+	Host string
+	// Dir holds the blobs (Dir/blobs) and the manifest journal.
+	Dir string
+	// Secret verifies credentials (the cloud's credential secret).
+	Secret []byte
+	// Logger logs refusals at V(2) and the registry's requests at V(4);
+	// default: discard.
+	Logger logr.Logger
+	// Now is the clock credentials are checked against; default time.Now.
+	Now func() time.Time
+}
+
+// Registry is an OCI distribution registry with durable manifests.
+type Registry struct {
+	opts    Options
+	inner   http.Handler
+	journal *journal
+}
+
+// New opens (creating if needed) the registry in opts.Dir and replays its
+// manifest journal, so a restarted cloud serves what was pushed before.
+func New(opts Options) (*Registry, error) {
+	if opts.Host == "" {
+		return nil, errors.New("registry: Host is required")
+	}
+	if len(opts.Secret) == 0 {
+		return nil, errors.New("registry: Secret is required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	blobs := filepath.Join(opts.Dir, "blobs")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		return nil, fmt.Errorf("registry directory: %w", err)
+	}
+	r := &Registry{opts: opts}
+	r.inner = ggcr.New(
+		ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(blobs)),
+		ggcr.Logger(log.New(logWriter{opts.Logger.V(4)}, "", 0)),
+	)
+	j, replayed, err := openJournal(filepath.Join(opts.Dir, journalFile), r.inner)
+	if err != nil {
+		return nil, err
+	}
+	r.journal = j
+	opts.Logger.Info("Registry opened", "host", opts.Host, "dir", opts.Dir, "manifestOps", replayed)
+	return r, nil
+}
+
+// Close closes the journal.
+func (r *Registry) Close() error { return r.journal.close() }
+
+// Handler serves the distribution API (/v2/), authenticated.
+func (r *Registry) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		user, pass, ok := req.BasicAuth()
+		if !ok {
+			r.refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED",
+				"authentication required: send HTTP Basic credentials issued by the local cloud (POST /v1/credentials)", "no credentials")
+			return
+		}
+		claims, err := Verify(r.opts.Secret, r.opts.Host, user, pass, r.opts.Now())
+		if err != nil {
+			r.refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED", "invalid credential: "+err.Error(), err.Error())
+			return
+		}
+		write := req.Method != http.MethodGet && req.Method != http.MethodHead
+		if write && !claims.Push {
+			r.refuse(w, req, http.StatusForbidden, "DENIED",
+				fmt.Sprintf("credential of %s may only pull: ask for a push credential (push: true) to %s", claims.Subject, req.Method), "pull-only credential")
+			return
+		}
+		if write && isManifestPath(req.URL.Path) {
+			r.journal.serveWrite(w, req, r.inner)
+			return
+		}
+		r.inner.ServeHTTP(w, req)
+	})
+}
+
+func (r *Registry) refuse(w http.ResponseWriter, req *http.Request, status int, code, msg, reason string) {
+	user, _, _ := req.BasicAuth()
+	r.opts.Logger.V(2).Info("Registry request refused", "method", req.Method, "path", req.URL.Path,
+		"remote", req.RemoteAddr, "username", user, "status", status, "reason", reason)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Basic realm=%q", Realm))
+	}
+	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	writeRegError(w, status, code, msg)
+}
+
+// logWriter sends the registry's log lines to a logr logger.
+type logWriter struct{ l logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	if w.l.Enabled() {
+		w.l.Info(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
