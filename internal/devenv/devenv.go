@@ -122,6 +122,7 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 	steps := []step{
 		{"control plane", startControlPlane},
 		{"local cloud", startCloud},
+		{"registry", setupRegistry},
 		{"kube-controller-manager", startKCM},
 		{"kube-scheduler", startScheduler},
 		{"nodes", startNodes(opts.Nodes)},
@@ -130,7 +131,9 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 	}
 	if opts.NetworkProxy {
 		steps = slices.Insert(steps, 1, step{"network proxy", startNetworkProxyServer})
-		steps = slices.Insert(steps, 6, step{"network proxy", startNetworkProxyAgents})
+		// The agents run on the nodes, before the CCM.
+		ccm := slices.IndexFunc(steps, func(st step) bool { return st.part == "ccm" })
+		steps = slices.Insert(steps, ccm, step{"network proxy", startNetworkProxyAgents})
 	} else {
 		_ = os.Remove(l.netproxyStateFile()) // an earlier run's
 	}

@@ -40,6 +40,10 @@ func (l layout) ccm() string          { return filepath.Join(l.dir, "ccm") }
 func (l layout) cloudConfig() string  { return filepath.Join(l.ccm(), "cloud.yaml") }
 func (l layout) netproxy() string     { return filepath.Join(l.dir, "netproxy") }
 
+// credentialProvider holds the kubelet's credential provider config, plugin
+// directory and the plugin's cloud config.
+func (l layout) credentialProvider() string { return filepath.Join(l.dir, "credential-provider") }
+
 // netproxySocket is the proxy server's unix socket: in the data directory,
 // or, when that path would be longer than a socket path may be (107
 // bytes), in the temporary directory under a name derived from it.

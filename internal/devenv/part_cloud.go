@@ -68,16 +68,16 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	// one must not be mistaken for ready because of it.
 	_ = os.Remove(endpointFile)
 	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, net.NodePool)
-	args := func(listen string) []string {
+	args := func(listen, registryListen string) []string {
 		return []string{"cloud", "serve",
-			"--data-dir=" + env.cloud(), "--listen=" + listen,
+			"--data-dir=" + env.cloud(), "--listen=" + listen, "--registry-listen=" + registryListen,
 			"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
 			// Health checks twice a second: traffic follows pods within ~1 s.
 			"--health-interval=500ms",
 		}
 	}
 	logPath := filepath.Join(env.logs(), "cloud.log")
-	p, err := proc.Start("local cloud", exe, args("127.0.0.1:0"), nil, logPath)
+	p, err := proc.Start("local cloud", exe, args("127.0.0.1:0", "127.0.0.1:0"), nil, logPath)
 	if err != nil {
 		return err
 	}
@@ -86,6 +86,12 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return processError(err, p)
 	}
+	// Written before the endpoint file.
+	registryHost, err := os.ReadFile(filepath.Join(env.cloud(), server.RegistryEndpointFile))
+	if err != nil {
+		return processError(err, p)
+	}
+	env.registryHost = strings.TrimSpace(string(registryHost))
 	token, err := os.ReadFile(filepath.Join(env.cloud(), server.TokenFile))
 	if err != nil {
 		return err
@@ -95,12 +101,13 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return processError(err, p)
 	}
-	// A restarted cloud serves on the same address, which the CCM's cloud
-	// config names, and restores its load balancers from its state.
+	// A restarted cloud serves on the same addresses, which the CCM's cloud
+	// config and the kubelet's credential provider config name, and
+	// restores its load balancers and registry from its state.
 	listen := strings.TrimPrefix(endpoint, "http://")
 	restart := func() (*proc.Process, error) {
 		_ = os.Remove(endpointFile)
-		next, err := proc.Start("local cloud", exe, args(listen), nil, logPath)
+		next, err := proc.Start("local cloud", exe, args(listen, env.registryHost), nil, logPath)
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,8 @@ type environment struct {
 	cloudClient   *client.Client
 	cloudEndpoint string
 	vipPool       netip.Prefix
+	// registryHost is the cloud's OCI registry (host:port).
+	registryHost string
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.

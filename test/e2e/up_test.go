@@ -166,10 +166,14 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 		t.Errorf("status -o json = %s", js)
 	}
 
+	registryServesKubelets(t, out, data)
 	deleteNamespaceWithLoadBalancers(t, bin, data)
 	deploymentPodsRun(t, bin, data)
 	ccmKilledIsRestarted(t, out, data)
 	cloudKilledIsRestarted(t, out, vip[1])
+	// The restarted cloud serves its registry on the same address, with
+	// the images pushed before.
+	registryServesKubelets(t, out, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
 	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()

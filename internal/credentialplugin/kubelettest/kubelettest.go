@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type Kubelet struct {
 	in     io.WriteCloser
 	out    *bufio.Scanner
 	stderr *strings.Builder
+	stop   sync.Once
 }
 
 // Pod says whose pull it is (service-account-token mode).
@@ -98,6 +100,18 @@ func Start(t testing.TB, config, binDir, kubeconfig string) *Kubelet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		k.Stop()
+		if t.Failed() {
+			t.Logf("kubelet harness stderr:\n%s", k.stderr.String())
+		}
+	})
+	return k
+}
+
+// Stop ends the harness (closing its stdin, then killing it after 10 s)
+// and waits for it; also done when the test ends.
+func (k *Kubelet) Stop() {
+	k.stop.Do(func() {
 		_ = k.in.Close()
 		done := make(chan error, 1)
 		go func() { done <- k.cmd.Wait() }()
@@ -107,11 +121,7 @@ func Start(t testing.TB, config, binDir, kubeconfig string) *Kubelet {
 			_ = k.cmd.Process.Kill()
 			<-done
 		}
-		if t.Failed() {
-			t.Logf("kubelet harness stderr:\n%s", k.stderr.String())
-		}
 	})
-	return k
 }
 
 func (k *Kubelet) call(t testing.TB, req map[string]any, reply any) {
@@ -175,6 +185,17 @@ func Build(dir string) error {
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Validate loads config as the kubelet does at start (decoding, validation,
+// the plugin binaries in binDir) and returns its error.
+func Validate(t testing.TB, config, binDir string) error {
+	t.Helper()
+	out, err := exec.Command(harnessPath(t), "--config", config, "--bin-dir", binDir, "--validate-only").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/portside-io/portside/deploy"
 	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/server"
-	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
@@ -63,32 +63,17 @@ func startCloud(t testing.TB, ttl time.Duration) *cloud {
 	return c
 }
 
-// sampleConfig is a file of deploy/credential-provider as written, with
+// sampleConfig is a sample of deploy/credential-provider as written, with
 // only the registry address, the plugin's name and the cloud config path
 // made this test's.
 func sampleConfig(t testing.TB, file, registryHost, pluginName, cloudConfig string) string {
 	t.Helper()
-	root, err := tools.RepoRoot()
+	data, err := deploy.CredentialProviderConfig(strings.Contains(file, "serviceaccount"), registryHost, pluginName, cloudConfig)
 	if err != nil {
 		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "credential-provider", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	for old, repl := range map[string]string{
-		`"127.0.0.1:5000"`:                        `"` + registryHost + `"`,
-		"name: portside-credential-provider":      "name: " + pluginName,
-		"--cloud-config=/etc/portside/cloud.yaml": "--cloud-config=" + cloudConfig,
-	} {
-		if !strings.Contains(s, old) {
-			t.Fatalf("%s no longer contains %q: update the test with the sample", file, old)
-		}
-		s = strings.ReplaceAll(s, old, repl)
 	}
 	path := filepath.Join(t.TempDir(), file)
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

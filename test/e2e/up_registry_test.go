@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
+)
+
+// registryServesKubelets: the image `up` seeded pulls with the credentials
+// the kubelet's own plugin client gets through the config `up` wrote, in
+// both modes (node credentials, and a demo pod's service-account token
+// exchanged by the cloud), and not without them.
+func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
+	t.Helper()
+	m := regexp.MustCompile(`registry\s+serving (\S+) with (\S+);`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no registry line in the output:\n%s", out.String())
+	}
+	ref := m[2]
+	image := strings.Split(ref, "@")[0]
+	dir := filepath.Join(data, "credential-provider")
+	if _, err := pullManifest(ref, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+		t.Fatalf("an anonymous pull of %s must be refused, got %v", ref, err)
+	}
+
+	k := kubelettest.Start(t, filepath.Join(dir, "config.yaml"), filepath.Join(dir, "bin"), "")
+	defer k.Stop()
+	r := k.Lookup(t, image, kubelettest.Pod{})
+	if !r.Found || r.Execs != 1 {
+		t.Fatalf("kubelet lookup of %s = %+v", image, r)
+	}
+	if _, err := pullManifest(ref, &r.Auths[0]); err != nil {
+		t.Fatalf("pull %s with the node credential: %v", ref, err)
+	}
+
+	ctx := context.Background()
+	pods, err := upClient(t, data).CoreV1().Pods("demo").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("demo pods: %v (%d)", err, len(pods.Items))
+	}
+	p := pods.Items[0]
+	sa := kubelettest.Start(t, filepath.Join(dir, "config-serviceaccount.yaml"), filepath.Join(dir, "bin"), filepath.Join(data, "controlplane", "kubeconfig"))
+	defer sa.Stop()
+	r = sa.Lookup(t, image, kubelettest.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), ServiceAccount: p.Spec.ServiceAccountName})
+	if !r.Found || !strings.Contains(r.Auths[0].Username, "demo") {
+		t.Fatalf("service-account lookup for pod %s/%s = %+v", p.Namespace, p.Name, r)
+	}
+	if _, err := pullManifest(ref, &r.Auths[0]); err != nil {
+		t.Fatalf("pull %s with the service account's credential: %v", ref, err)
+	}
+}
+
+func pullManifest(ref string, a *kubelettest.Auth) (string, error) {
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	var auth authn.Authenticator = authn.Anonymous
+	if a != nil {
+		auth = &authn.Basic{Username: a.Username, Password: a.Password}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc, err := remote.Get(r, remote.WithAuth(auth), remote.WithContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	return desc.Digest.String(), nil
+}
