@@ -32,8 +32,11 @@ help: ## Show this help
 # -trimpath as in hack/tools/build.sh: with the same flags and the same
 # module versions (hack/check-shared-deps.sh), the first build reuses the
 # packages the tools build compiled.
-build: ## Build the portside binary (and the lean portside-credential-provider) into _output/bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/bin/ ./cmd/portside ./cmd/portside-credential-provider
+# The credential plugin is installed on nodes and exec'd per pull: static
+# (no libc, no dynamic loader at each start) and stripped.
+build: ## Build the portside binary and the lean, static portside-credential-provider into _output/bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o _output/bin/ ./cmd/portside-credential-provider
 
 .PHONY: tools
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, ANP proxy-server/proxy-agent and the kubelet credential-provider harness (once)

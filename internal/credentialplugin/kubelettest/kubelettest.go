@@ -174,17 +174,29 @@ func (k *Kubelet) Bench(t testing.TB, image string, n int, p Pod) BenchReply {
 	return r
 }
 
-// Build builds portside and the lean portside-credential-provider into dir.
+// Build builds portside and the lean portside-credential-provider into
+// dir, the plugin as `make build` does (static, stripped).
 func Build(dir string) error {
 	root, err := tools.RepoRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/portside", "./cmd/portside-credential-provider")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	for _, b := range []struct {
+		pkg, cgo string
+		flags    []string
+	}{
+		{"./cmd/portside", "", nil},
+		{"./cmd/portside-credential-provider", "CGO_ENABLED=0", []string{"-ldflags", "-s -w"}},
+	} {
+		cmd := exec.Command("go", append(append([]string{"build", "-trimpath"}, b.flags...), "-o", dir+"/", b.pkg)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		if b.cgo != "" {
+			cmd.Env = append(cmd.Env, b.cgo)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,335 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	credv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
+
+	"github.com/portside-io/portside/deploy"
+	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
+	"github.com/portside-io/portside/internal/localcloud/registry"
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// BenchmarkCredentialProvider: Portside's kubelet image credential provider
+// against an in-process local cloud with its OCI registry (API and registry
+// on loopback, the image seeded), as the kubelet runs it. Measured:
+//
+//   - cold exec: PORTSIDE_BENCH_CREDPROV_EXECS (default 300) execs of each
+//     contender, interleaved in alternating order after a few warm-up execs
+//     (page cache): lean (portside-credential-provider) and portside
+//     (`portside credential-provider`), both --cloud-provider=local, the
+//     request on stdin as the kubelet writes it; time from just before
+//     cmd.Start to cmd.Wait returning (process start, cloud round trip,
+//     response; stdout must be a response with an auth entry), p50, p99
+//     and mean in ms. help is `portside-credential-provider --help` (no
+//     cloud call), the process-start baseline: lean's p50 less help's is
+//     the cloud round trip. RSS: the median max RSS (rusage) in MB of every
+//     tenth round's extra exec through a small launcher. Not of the timed
+//     execs: Go starts children with vfork, and exec records the parent's
+//     peak RSS in the child's, so they would all show this process's; the
+//     launcher's own peak (about 2.5 MB, logged) is the floor;
+//   - cached pulls: the kubelet's own plugin client (kubelet-credential-
+//     harness, `make tools`) with deploy/credential-provider's sample config
+//     and the lean binary: one lookup (one exec), then
+//     PORTSIDE_BENCH_CREDPROV_PULLS (200000) lookups, a new keyring per pull
+//     as the kubelet; pulls/s, and execs and cloud calls during (must be 0);
+//   - uncached pulls: the same against a second cloud whose credentials
+//     live 1.1 s, so the plugin answers cacheDuration 0s (do not cache):
+//     PORTSIDE_BENCH_CREDPROV_UNCACHED (200) lookups, each an exec and one
+//     cloud call (both checked). 1.1 s, not less: the cloud truncates expiry
+//     to whole seconds, so a TTL under 1 s can hand out an expired
+//     credential, and one of 1.11 s or more can leave 1 s to cache.
+//
+// Binaries: built from this checkout, or from PORTSIDE_BENCH_CREDPROV_BIN_DIR.
+// -short skips the package's kube-apiserver, which this does not use.
+func BenchmarkCredentialProvider(b *testing.B) {
+	nExec := envInt("PORTSIDE_BENCH_CREDPROV_EXECS", 300)
+	nPulls := envInt("PORTSIDE_BENCH_CREDPROV_PULLS", 200000)
+	nUncached := envInt("PORTSIDE_BENCH_CREDPROV_UNCACHED", 200)
+	binDir := os.Getenv("PORTSIDE_BENCH_CREDPROV_BIN_DIR")
+	if binDir == "" {
+		binDir = b.TempDir()
+		if err := kubelettest.Build(binDir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lean, full := filepath.Join(binDir, "portside-credential-provider"), filepath.Join(binDir, "portside")
+	launcher := cpBuildLauncher(b)
+	c := cpStartCloud(b, time.Hour)
+	image := c.registry + "/portside/hello:1.0"
+	req := []byte(`{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"` + image + `"}`)
+	flags := []string{"--cloud-provider=local", "--cloud-config=" + c.config}
+
+	// Cold exec latency, interleaved.
+	contenders := []*cpContender{
+		{name: "lean", argv: append([]string{lean}, flags...), validate: true},
+		{name: "portside", argv: append([]string{full, "credential-provider"}, flags...), validate: true},
+		{name: "help", argv: []string{lean, "--help"}},
+	}
+	load0 := loadAvg()
+	for range 5 {
+		for _, k := range contenders {
+			cpExec(b, k, req, c.registry, "")
+		}
+	}
+	for _, k := range contenders {
+		k.lat, k.direct = k.lat[:0], k.direct[:0]
+	}
+	var floor []float64
+	for i := range nExec {
+		for j := range contenders {
+			if i%2 == 1 {
+				j = len(contenders) - 1 - j
+			}
+			cpExec(b, contenders[j], req, c.registry, "")
+			if i%10 == 0 {
+				floor = append(floor, cpExec(b, contenders[j], req, c.registry, launcher))
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	var tbl strings.Builder
+	fmt.Fprintf(&tbl, "cold exec, %d each, load %s → %s:\n%-9s %8s %8s %8s %8s %8s\n", nExec, load0, loadAvg(), "", "p50 ms", "p99 ms", "mean ms", "min ms", "RSS MB")
+	for _, k := range contenders {
+		p50, p99, mean, lo := k.stats()
+		rss := cpMedian(k.rss) / 1024
+		fmt.Fprintf(&tbl, "%-9s %8.2f %8.2f %8.2f %8.2f %8.1f\n", k.name, p50, p99, mean, lo, rss)
+		b.ReportMetric(p50, k.name+"-p50-ms")
+		b.ReportMetric(p99, k.name+"-p99-ms")
+		b.ReportMetric(mean, k.name+"-mean-ms")
+		b.ReportMetric(rss, k.name+"-rss-MB")
+	}
+	leanP50, _, _, _ := contenders[0].stats()
+	helpP50, _, _, _ := contenders[2].stats()
+	fmt.Fprintf(&tbl, "lean p50 less help p50 (cloud round trip and response): %.2f ms\n", leanP50-helpP50)
+	fmt.Fprintf(&tbl, "RSS of %d execs each through the launcher (its own peak %.1f MB); rusage of the timed execs says %.1f MB, this process's peak\n",
+		len(contenders[0].rss), cpMedian(floor)/1024, cpMedian(contenders[0].direct)/1024)
+	b.ReportMetric(leanP50-helpP50, "lean-cloud-ms")
+	b.Logf("%s", tbl.String())
+
+	// Pulls through the kubelet's cache.
+	pod := kubelettest.Pod{}
+	k := kubelettest.Start(b, cpSampleConfig(b, c.registry, c.config), binDir, "")
+	if r := k.Lookup(b, image, pod); !r.Found || len(r.Auths) != 1 || r.Execs != 1 {
+		b.Fatalf("first lookup = %+v, want one credential from one exec", r)
+	}
+	calls := c.calls.Load()
+	cached := k.Bench(b, image, nPulls, pod)
+	if cached.ExecsDuring != 0 || c.calls.Load() != calls {
+		b.Fatalf("%d cached pulls exec'd the plugin %d times (%d cloud calls): want none", nPulls, cached.ExecsDuring, c.calls.Load()-calls)
+	}
+	b.ReportMetric(cached.LookupsPerSecond, "cached-pulls/s")
+	b.ReportMetric(float64(cached.ExecsDuring), "cached-execs")
+
+	// Uncached: a cloud whose credentials are too short-lived to cache.
+	short := cpStartCloud(b, 1100*time.Millisecond)
+	shortImage := short.registry + "/portside/hello:1.0"
+	shortReq := bytes.ReplaceAll(req, []byte(c.registry), []byte(short.registry))
+	sk := &cpContender{name: "lean", argv: []string{lean, "--cloud-provider=local", "--cloud-config=" + short.config}, validate: true}
+	if cpExec(b, sk, shortReq, short.registry, ""); sk.resp.CacheDuration == nil || sk.resp.CacheDuration.Duration != 0 {
+		b.Fatalf("a 1.1 s credential: cacheDuration %v, want 0s", sk.resp.CacheDuration)
+	}
+	ku := kubelettest.Start(b, cpSampleConfig(b, short.registry, short.config), binDir, "")
+	first := ku.Lookup(b, shortImage, pod)
+	if !first.Found || first.Execs != 1 {
+		b.Fatalf("first lookup = %+v, want one credential from one exec", first)
+	}
+	calls = short.calls.Load()
+	unc := ku.Bench(b, shortImage, nUncached, pod)
+	if unc.ExecsDuring != nUncached || short.calls.Load()-calls != int64(nUncached) {
+		b.Fatalf("%d uncached pulls: %d execs, %d cloud calls; want %d of each", nUncached, unc.ExecsDuring, short.calls.Load()-calls, nUncached)
+	}
+	if last := ku.Lookup(b, shortImage, pod); !last.Found || last.Execs != nUncached+2 {
+		b.Fatalf("lookup after the uncached pulls = %+v, want a credential from exec %d", last, nUncached+2)
+	}
+	b.ReportMetric(unc.LookupsPerSecond, "uncached-pulls/s")
+	b.ReportMetric(float64(unc.ExecsDuring), "uncached-execs")
+	b.Logf("kubelet plugin client: %d cached pulls %.0f/s (%d execs); %d uncached pulls %.1f/s (%d execs, %.2f ms each); load %s",
+		nPulls, cached.LookupsPerSecond, cached.ExecsDuring, nUncached, unc.LookupsPerSecond, unc.ExecsDuring, 1e3/unc.LookupsPerSecond, loadAvg())
+}
+
+type cpContender struct {
+	name     string
+	argv     []string
+	validate bool
+	lat      []time.Duration
+	rss      []float64 // max RSS per exec through the launcher, KiB
+	direct   []float64 // max RSS per timed exec, KiB: the parent's peak
+	resp     *credv1.CredentialProviderResponse
+}
+
+// stats returns p50, p99, mean and min in ms.
+func (k *cpContender) stats() (p50, p99, mean, lo float64) {
+	ms := make([]float64, len(k.lat))
+	var sum float64
+	for i, d := range k.lat {
+		ms[i] = float64(d.Nanoseconds()) / 1e6
+		sum += ms[i]
+	}
+	slices.Sort(ms)
+	pct := func(p float64) float64 { return ms[max(0, int(float64(len(ms))*p+0.999999)-1)] }
+	return pct(0.50), pct(0.99), sum / float64(len(ms)), ms[0]
+}
+
+func cpMedian(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[(len(s)-1)/2]
+}
+
+// cpExec execs k once as the kubelet does; validated contenders must answer
+// with a credential. Direct, it records the latency (start to exit); through
+// launcher, the max RSS, and returns the launcher's own peak RSS (KiB).
+func cpExec(b *testing.B, k *cpContender, req []byte, registryHost, launcher string) float64 {
+	argv := k.argv
+	if launcher != "" {
+		argv = append([]string{launcher}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = bytes.NewReader(req)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	err := cmd.Wait()
+	elapsed := time.Since(start)
+	if err != nil {
+		b.Fatalf("%s: %v\nstdout %q\nstderr %q", k.name, err, out.String(), errOut.String())
+	}
+	if k.validate {
+		k.resp = &credv1.CredentialProviderResponse{}
+		if err := json.Unmarshal(out.Bytes(), k.resp); err != nil || k.resp.Kind != "CredentialProviderResponse" {
+			b.Fatalf("%s: stdout %q is not a CredentialProviderResponse (%v); stderr %q", k.name, out.String(), err, errOut.String())
+		}
+		if a, ok := k.resp.Auth[registryHost]; !ok || a.Username == "" || a.Password == "" {
+			b.Fatalf("%s: response has no credential for %s: %s", k.name, registryHost, out.String())
+		}
+	}
+	if launcher == "" {
+		k.lat = append(k.lat, elapsed)
+		k.direct = append(k.direct, float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss))
+		return 0
+	}
+	var rss, floor float64
+	_, line, _ := strings.Cut(errOut.String(), "\nmaxrss-kib ")
+	if _, err := fmt.Sscanf(line, "%g floor-kib %g", &rss, &floor); err != nil {
+		b.Fatalf("launcher: %q: %v", errOut.String(), err)
+	}
+	k.rss = append(k.rss, rss)
+	return floor
+}
+
+// cpLauncher runs its arguments as a child and reports the child's max RSS
+// and its own peak: a small parent, so the child's figure is its own.
+const cpLauncher = `package main
+
+import ("bytes"; "fmt"; "os"; "os/exec"; "syscall")
+
+func main() {
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run() // a child that did not start: ProcessState is nil, a panic
+	status, _ := os.ReadFile("/proc/self/status")
+	_, hwm, _ := bytes.Cut(status, []byte("VmHWM:"))
+	fmt.Fprintf(os.Stderr, "\nmaxrss-kib %d floor-kib %s\n", cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss, bytes.Fields(hwm)[0])
+	if err != nil {
+		os.Exit(1)
+	}
+}
+`
+
+func cpBuildLauncher(b *testing.B) string {
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(cpLauncher), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", "launcher", "main.go")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building the RSS launcher: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "launcher")
+}
+
+// cpCloud is a local cloud with its registry, seeded with the small image;
+// calls counts its credential requests.
+type cpCloud struct {
+	registry string // host:port
+	config   string // the local provider's cloud config file
+	calls    *atomic.Int64
+}
+
+// cpStartCloud runs a local cloud whose credentials live ttl, its API and
+// registry on free loopback ports, until the benchmark ends.
+func cpStartCloud(b *testing.B, ttl time.Duration) *cpCloud {
+	b.Helper()
+	dir := b.TempDir()
+	token := fmt.Sprintf("bench-%d", rand.Int64())
+	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{Token: token, CredentialTTL: ttl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	rs := httptest.NewUnstartedServer(nil)
+	host := rs.Listener.Addr().String()
+	if rs.Config.Handler, err = srv.ServeRegistry(host); err != nil {
+		b.Fatal(err)
+	}
+	rs.Start()
+	calls := &atomic.Int64{}
+	h := srv.Handler()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/credentials" {
+			calls.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	b.Cleanup(func() { api.Close(); rs.Close() })
+
+	c := &cpCloud{registry: host, config: filepath.Join(dir, "cloud.yaml"), calls: calls}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(c.config, []byte("endpoint: "+api.URL+"\ntokenFile: "+tokenFile+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := registry.SeedServed(context.Background(), client.New(api.URL, token), ""); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// cpSampleConfig is deploy/credential-provider/credential-provider-config.yaml
+// as written, with only the registry address and cloud config path made
+// this benchmark's.
+func cpSampleConfig(b *testing.B, registryHost, cloudConfig string) string {
+	b.Helper()
+	data, err := deploy.CredentialProviderConfig(false, registryHost, "portside-credential-provider", cloudConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "credential-provider-config.yaml")
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
