@@ -6,11 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
@@ -29,7 +25,7 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	ref := m[2]
 	image := strings.Split(ref, "@")[0]
 	dir := filepath.Join(data, "credential-provider")
-	if _, err := pullManifest(ref, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+	if _, err := kubelettest.Pull(ref, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Fatalf("an anonymous pull of %s must be refused, got %v", ref, err)
 	}
 
@@ -39,7 +35,7 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	if !r.Found || r.Execs != 1 {
 		t.Fatalf("kubelet lookup of %s = %+v", image, r)
 	}
-	if _, err := pullManifest(ref, &r.Auths[0]); err != nil {
+	if _, err := kubelettest.Pull(ref, &r.Auths[0]); err != nil {
 		t.Fatalf("pull %s with the node credential: %v", ref, err)
 	}
 
@@ -55,25 +51,7 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	if !r.Found || !strings.Contains(r.Auths[0].Username, "demo") {
 		t.Fatalf("service-account lookup for pod %s/%s = %+v", p.Namespace, p.Name, r)
 	}
-	if _, err := pullManifest(ref, &r.Auths[0]); err != nil {
+	if _, err := kubelettest.Pull(ref, &r.Auths[0]); err != nil {
 		t.Fatalf("pull %s with the service account's credential: %v", ref, err)
 	}
-}
-
-func pullManifest(ref string, a *kubelettest.Auth) (string, error) {
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		return "", err
-	}
-	var auth authn.Authenticator = authn.Anonymous
-	if a != nil {
-		auth = &authn.Basic{Username: a.Username, Password: a.Password}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	desc, err := remote.Get(r, remote.WithAuth(auth), remote.WithContext(ctx))
-	if err != nil {
-		return "", err
-	}
-	return desc.Digest.String(), nil
 }

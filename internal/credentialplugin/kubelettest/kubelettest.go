@@ -6,6 +6,7 @@ package kubelettest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/portside-io/portside/internal/tools"
 )
@@ -210,4 +215,25 @@ func Validate(t testing.TB, config, binDir string) error {
 		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// Pull fetches the manifest of ref (a plain-HTTP registry on loopback) with
+// a standard registry client, go-containerregistry's, as a runtime would
+// with a, or anonymously when a is nil; it returns the manifest's digest.
+func Pull(ref string, a *Auth) (string, error) {
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	var auth authn.Authenticator = authn.Anonymous
+	if a != nil {
+		auth = &authn.Basic{Username: a.Username, Password: a.Password}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc, err := remote.Get(r, remote.WithAuth(auth), remote.WithContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	return desc.Digest.String(), nil
 }

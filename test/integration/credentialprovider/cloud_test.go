@@ -11,12 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-
 	"github.com/portside-io/portside/deploy"
-	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/pkg/localcloud/client"
@@ -77,24 +72,4 @@ func sampleConfig(t testing.TB, file, registryHost, pluginName, cloudConfig stri
 		t.Fatal(err)
 	}
 	return path
-}
-
-// pull fetches the manifest of ref with a standard registry client
-// (go-containerregistry), with the given credentials or anonymously.
-func pull(ref string, a *kubelettest.Auth) (string, error) {
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		return "", err
-	}
-	opt := remote.WithAuth(authn.Anonymous)
-	if a != nil {
-		opt = remote.WithAuth(&authn.Basic{Username: a.Username, Password: a.Password})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	desc, err := remote.Get(r, opt, remote.WithContext(ctx))
-	if err != nil {
-		return "", err
-	}
-	return desc.Digest.String(), nil
 }

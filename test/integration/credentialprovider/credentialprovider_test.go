@@ -37,14 +37,14 @@ func TestKubeletPullsWithPluginCredentials(t *testing.T) {
 	k := kubelettest.Start(t, config, binDir, "")
 
 	image := c.registry + "/portside/hello:1.0"
-	if _, err := pull(image, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+	if _, err := kubelettest.Pull(image, nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Fatalf("an anonymous pull must be refused with UNAUTHORIZED, got %v", err)
 	}
 	r := k.Lookup(t, image, kubelettest.Pod{})
 	if !r.Found || len(r.Auths) != 1 || r.Execs != 1 {
 		t.Fatalf("lookup = %+v, want one credential from one exec", r)
 	}
-	digest, err := pull(image, &r.Auths[0])
+	digest, err := kubelettest.Pull(image, &r.Auths[0])
 	if err != nil {
 		t.Fatalf("pull with the plugin's credential: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestCredentialExpiry(t *testing.T) {
 	if !first.Found || first.Execs != 1 {
 		t.Fatalf("lookup = %+v", first)
 	}
-	if _, err := pull(image, &first.Auths[0]); err != nil {
+	if _, err := kubelettest.Pull(image, &first.Auths[0]); err != nil {
 		t.Fatalf("pull with a fresh credential: %v", err)
 	}
 	// 3 s of life → cached 2 s (less a tenth, in whole seconds): within it no
@@ -93,14 +93,14 @@ func TestCredentialExpiry(t *testing.T) {
 		t.Fatalf("lookup within the cache duration exec'd the plugin: %+v", r)
 	}
 	time.Sleep(time.Until(issued.Add(3500 * time.Millisecond)))
-	if _, err := pull(image, &first.Auths[0]); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+	if _, err := kubelettest.Pull(image, &first.Auths[0]); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Fatalf("a pull with an expired credential must be refused, got %v", err)
 	}
 	second := k.Lookup(t, image, kubelettest.Pod{})
 	if !second.Found || second.Execs != 2 || second.Auths[0].Password == first.Auths[0].Password {
 		t.Fatalf("after the cache duration the kubelet must exec again for a new credential: %+v", second)
 	}
-	if _, err := pull(image, &second.Auths[0]); err != nil {
+	if _, err := kubelettest.Pull(image, &second.Auths[0]); err != nil {
 		t.Fatalf("pull with the renewed credential: %v", err)
 	}
 }

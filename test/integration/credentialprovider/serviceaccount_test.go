@@ -67,7 +67,7 @@ func TestServiceAccountTokenMode(t *testing.T) {
 	if !strings.Contains(r.Auths[0].Username, "puller") || !strings.Contains(r.Auths[0].Username, ns) {
 		t.Fatalf("credential user %q is not bound to %s/puller", r.Auths[0].Username, ns)
 	}
-	if _, err := pull(image, &r.Auths[0]); err != nil {
+	if _, err := kubelettest.Pull(image, &r.Auths[0]); err != nil {
 		t.Fatalf("pull with the exchanged credential: %v", err)
 	}
 	// Cached per service account: the same one again is no exec, another
