@@ -18,7 +18,7 @@ import (
 // exchanged by the cloud), and not without them.
 func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	t.Helper()
-	m := regexp.MustCompile(`registry\s+serving (\S+) with (\S+);`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`registry\s+serving (\S+) with (\S+); kubelet flags: --image-credential-provider-config=(\S+) --image-credential-provider-bin-dir=(\S+)`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("no registry line in the output:\n%s", out.String())
 	}
@@ -29,7 +29,8 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 		t.Fatalf("an anonymous pull of %s must be refused, got %v", ref, err)
 	}
 
-	k := kubelettest.Start(t, filepath.Join(dir, "config.yaml"), filepath.Join(dir, "bin"), "")
+	// The kubelet flags as printed.
+	k := kubelettest.Start(t, m[3], m[4], "")
 	defer k.Stop()
 	r := k.Lookup(t, image, kubelettest.Pod{})
 	if !r.Found || r.Execs != 1 {

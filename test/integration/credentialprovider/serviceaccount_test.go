@@ -34,10 +34,13 @@ func TestServiceAccountTokenMode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ns := "credprov-sa"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	// A new namespace per run: without kube-controller-manager a deleted
+	// one is never finalized.
+	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "credprov-sa-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	ns := created.Name
 	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	// Pods bound to their service accounts, as the kubelet's tokens are.
 	pods := map[string]kubelettest.Pod{}
