@@ -29,7 +29,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand(),
-		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand())
+		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand(), newWebhookCommand())
 	return root
 }
 

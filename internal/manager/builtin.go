@@ -8,6 +8,8 @@ import (
 	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
 	"github.com/portside-io/portside/internal/controllers/route"
 	"github.com/portside-io/portside/internal/controllers/service"
+	"github.com/portside-io/portside/internal/webhook"
+	"github.com/portside-io/portside/internal/webhooks/pvlabel"
 )
 
 // DefaultControllers are the controllers Portside's CCM runs with
@@ -124,4 +126,10 @@ func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
 	}
 	go c.Run(ctx)
 	return "", nil
+}
+
+// DefaultWebhooks are the admission webhooks Portside serves with
+// --webhooks (the CCM) or `portside webhook serve`.
+func DefaultWebhooks() []webhook.Webhook {
+	return []webhook.Webhook{pvlabel.Webhook()}
 }

@@ -2,10 +2,12 @@ package manager
 
 import (
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 )
 
@@ -56,3 +58,27 @@ func (cs clients) forController(c Controller) (kubernetes.Interface, error) {
 
 // useServiceAccountCredentials is --use-service-account-credentials.
 func useServiceAccountCredentials(o *Options) bool { return o.UseServiceAccountCredentials }
+
+// restConfig builds the client configuration: --kubeconfig or in-cluster,
+// protobuf on the wire, and the QPS limits.
+func restConfig(o *Options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			err = fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cfg.UserAgent = "portside-ccm"
+	cfg.Timeout = 30 * time.Second
+	return cfg, nil
+}

@@ -159,7 +159,7 @@ const (
 	reasonProfiling      = "Portside serves no /debug/pprof endpoints"
 	reasonLogFormat      = "Portside logs in klog's text format"
 	reasonLogStreams     = "Portside writes every log line to stderr, unbuffered"
-	reasonWebhooks       = "Portside serves no cloud-provider webhooks and opens no webhook port (as upstream with --webhook-secure-port=0; upstream's own CCM has no webhooks built in)"
+	reasonWebhookSNI     = "Portside's webhook server serves one certificate (--webhook-tls-cert-file, or --webhook-cert-dir's pair) for every server name"
 )
 
 var ignoredReasons = map[string]string{
@@ -203,17 +203,7 @@ var ignoredReasons = map[string]string{
 	"log-json-split-stream":                        reasonLogStreams,
 	"log-json-info-buffer-size":                    reasonLogStreams,
 	"version":                                      "Portside reports its own version (portside version)",
-	"webhooks":                                     reasonWebhooks,
-	"webhook-bind-address":                         reasonWebhooks,
-	"webhook-cert-dir":                             reasonWebhooks,
-	"webhook-disable-http2-serving":                reasonWebhooks,
-	"webhook-secure-port":                          reasonWebhooks,
-	"webhook-tls-cert-file":                        reasonWebhooks,
-	"webhook-tls-cipher-suites":                    reasonWebhooks,
-	"webhook-tls-curve-preferences":                reasonWebhooks,
-	"webhook-tls-min-version":                      reasonWebhooks,
-	"webhook-tls-private-key-file":                 reasonWebhooks,
-	"webhook-tls-sni-cert-key":                     reasonWebhooks,
+	"webhook-tls-sni-cert-key":                     reasonWebhookSNI,
 	"feature-gates":                                "Portside has no feature gates", // see featureGatesReason
 }
 
@@ -221,7 +211,7 @@ var ignoredReasons = map[string]string{
 // what Portside does regardless of the gate.
 var featureGateBehaviour = map[string]string{
 	"CloudControllerManagerWatchBasedRoutesReconciliation": "the route controller always follows node events (as =true)",
-	"CloudControllerManagerWebhook":                        "no webhooks are served (as =false)",
+	"CloudControllerManagerWebhook":                        "the webhooks --webhooks enables are served (as =true)",
 	"ControllerManagerReleaseLeaderElectionLockOnExit":     "the Lease is always released on shutdown (as =true)",
 	"CoordinatedLeaderElection":                            "leader election is always Portside's own Lease (as =false)",
 	"ContextualLogging":                                    "logging is always contextual (as =true)",

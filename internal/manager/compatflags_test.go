@@ -128,6 +128,9 @@ var validValue = map[string]string{
 	"help":                        "",
 	"tls-min-version":             "VersionTLS13",
 	"tls-cipher-suites":           "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+	"webhooks":                    "*,-persistent-volume-label",
+	"webhook-tls-min-version":     "VersionTLS13",
+	"webhook-tls-cipher-suites":   "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
 }
 
 func flagArg(u manager.UpstreamFlag, value string) string {
@@ -233,6 +236,7 @@ func TestCompatAllFlagsAtOnceValidate(t *testing.T) {
 	for _, want := range []string{
 		"--use-service-account-credentials", // implemented
 		"--v=", "--vmodule=", "--kube-api-qps=", "--cloud-provider=",
+		"--webhooks=", "--webhook-bind-address=", "--webhook-secure-port=", "--webhook-tls-curve-preferences=",
 	} {
 		for _, l := range lines {
 			if strings.HasPrefix(l, want) {
@@ -247,7 +251,7 @@ func TestCompatAllFlagsAtOnceValidate(t *testing.T) {
 		"--tls-curve-preferences=23,24: ",
 		"--tls-sni-cert-key=/etc/tls/a.crt,/etc/tls/a.key:example.com: ",
 		"--version=v1.37.2: ",
-		"--webhook-bind-address=127.0.0.1, --webhook-cert-dir=example, ",
+		"--webhook-tls-sni-cert-key=/etc/tls/a.crt,/etc/tls/a.key:example.com: Portside's webhook server serves one certificate",
 	} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("no line %q in %v", want, lines)

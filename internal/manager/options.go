@@ -44,6 +44,8 @@ type Options struct {
 	NodeStatusUpdateFrequency time.Duration
 
 	NetworkOptions
+	// WebhookOptions: --webhooks, --webhook-* and --pv-label-on-provider-error.
+	WebhookOptions
 
 	LeaderElect             bool
 	LeaseDuration           time.Duration
@@ -103,6 +105,7 @@ func NewOptions() *Options {
 		SecurePort:                10258,
 		AlwaysAllowPaths:          []string{"/healthz", "/readyz", "/livez"},
 		NetworkOptions:            defaultNetworkOptions(),
+		WebhookOptions:            NewWebhookOptions(),
 	}
 }
 
@@ -143,6 +146,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "TLS 1.2 cipher suites served, by IANA name (default: Go's secure defaults)")
 	fs.BoolVar(&o.UseServiceAccountCredentials, "use-service-account-credentials", o.UseServiceAccountCredentials, "each controller uses the credentials of its own ServiceAccount in kube-system (node-controller, service-controller, route-controller)")
 	o.NetworkOptions.addFlags(fs)
+	o.WebhookOptions.AddFlags(fs)
 	// Last: only the upstream flags not registered above.
 	o.addCompatFlags(fs)
 }
@@ -192,6 +196,7 @@ func (o *Options) Validate(known []Controller) error {
 	if _, err := EnabledControllers(o.Controllers, known); err != nil {
 		errs = append(errs, err.Error())
 	}
+	errs = append(errs, o.WebhookOptions.Validate()...)
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -220,24 +225,29 @@ func (o *Options) migration() (*MigrationConfig, error) {
 	return &cfg, nil
 }
 
-// tlsSettings parses --tls-min-version and --tls-cipher-suites, as
-// upstream (k8s.io/component-base's names). TLS 1.0 and 1.1 are refused:
-// a CCM has no old clients to serve.
+// tlsSettings parses --tls-min-version and --tls-cipher-suites.
 func (o *Options) tlsSettings() (minVersion uint16, suites []uint16, err error) {
+	return parseTLSFlags("--", o.TLSMinVersion, o.TLSCipherSuites)
+}
+
+// parseTLSFlags parses <prefix>tls-min-version and <prefix>tls-cipher-suites,
+// as upstream (k8s.io/component-base's names). TLS 1.0 and 1.1 are refused:
+// a CCM has no old clients to serve.
+func parseTLSFlags(prefix, minTLS string, cipherSuites []string) (minVersion uint16, suites []uint16, err error) {
 	minVersion = tls.VersionTLS12
-	if o.TLSMinVersion != "" {
-		v, err := cliflag.TLSVersion(o.TLSMinVersion)
+	if minTLS != "" {
+		v, err := cliflag.TLSVersion(minTLS)
 		if err != nil {
-			return 0, nil, fmt.Errorf("--tls-min-version: %w", err)
+			return 0, nil, fmt.Errorf("%stls-min-version: %w", prefix, err)
 		}
 		if v < tls.VersionTLS12 {
-			return 0, nil, fmt.Errorf("--tls-min-version=%s: Portside serves TLS 1.2 or later; use VersionTLS12 or VersionTLS13", o.TLSMinVersion)
+			return 0, nil, fmt.Errorf("%stls-min-version=%s: Portside serves TLS 1.2 or later; use VersionTLS12 or VersionTLS13", prefix, minTLS)
 		}
 		minVersion = v
 	}
-	if len(o.TLSCipherSuites) > 0 {
-		if suites, err = cliflag.TLSCipherSuites(o.TLSCipherSuites); err != nil {
-			return 0, nil, fmt.Errorf("--tls-cipher-suites: %w (Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)", err)
+	if len(cipherSuites) > 0 {
+		if suites, err = cliflag.TLSCipherSuites(cipherSuites); err != nil {
+			return 0, nil, fmt.Errorf("%stls-cipher-suites: %w (Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)", prefix, err)
 		}
 	}
 	return minVersion, suites, nil

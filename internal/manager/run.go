@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,10 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -38,7 +31,9 @@ const defaultClusterName = "kubernetes"
 var ErrLostLease = errors.New("lost the leader lease")
 
 // Run runs the CCM until ctx is done, or until it loses the leader lease.
-// ready, if set, gets the health/metrics address once serving.
+// ready, if set, gets the health/metrics address once serving; the
+// webhooks, when served, are listening by then (Options.OnWebhookServing
+// gets their address).
 func Run(ctx context.Context, o *Options, known []Controller, ready func(addr string)) error {
 	logger := klog.FromContext(ctx)
 	if err := o.Validate(known); err != nil {
@@ -63,7 +58,6 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	if err != nil {
 		return err
 	}
-	client := clients.write
 	if o.ClusterName == defaultClusterName {
 		logger.Info("Warning: --cluster-name is the default; cloud resources are tagged with it, so give each cluster on a cloud account its own name",
 			"clusterName", o.ClusterName)
@@ -75,10 +69,49 @@ func Run(ctx context.Context, o *Options, known []Controller, ready func(addr st
 	if err != nil {
 		return err
 	}
+	// Webhooks are served on every replica, leader or not: the apiserver
+	// calls whichever replica the Service picks. They stop when Run
+	// returns; Run returns when they fail.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	whAddr, whErr, err := o.ServeWebhooks(ctx, provider, reg)
+	if err != nil {
+		return err
+	}
+	if whAddr != "" && o.OnWebhookServing != nil {
+		o.OnWebhookServing(whAddr)
+	}
 	if ready != nil {
 		ready(addr)
 	}
+	go func() {
+		select {
+		case err := <-whErr:
+			if err != nil {
+				stop(&webhookServingError{err})
+			}
+		case <-ctx.Done():
+		}
+	}()
+	err = lead(ctx, o, enabled, provider, clients, reg, h, serveErr)
+	var whFailed *webhookServingError
+	if cause := context.Cause(ctx); err == nil && errors.As(cause, &whFailed) {
+		return whFailed.err
+	}
+	return err
+}
 
+// webhookServingError stops Run when the webhook server fails.
+type webhookServingError struct{ err error }
+
+func (e *webhookServingError) Error() string { return e.err.Error() }
+
+// lead runs the controllers: at once without --leader-elect, else while
+// holding the leader Lease (and the migration lease for migrated ones).
+func lead(ctx context.Context, o *Options, enabled []Controller, provider cloud.Provider, clients clients,
+	reg *prometheus.Registry, h *health, serveErr <-chan error) error {
+	logger := klog.FromContext(ctx)
+	client := clients.write
 	if !o.LeaderElect {
 		if o.EnableLeaderMigration {
 			logger.Info("Leader migration is off: it needs --leader-elect")
@@ -127,82 +160,6 @@ func controllerNames(cs []Controller) []string {
 		out[i] = c.Name
 	}
 	return out
-}
-
-// elect runs run while holding the Lease lockName, until ctx is done (the
-// Lease is released) or the Lease is lost (ErrLostLease). run may call fail
-// later to stop leading with an error.
-func elect(ctx context.Context, o *Options, client kubernetes.Interface, h *health, lockName string, run func(ctx context.Context, fail func(error)) error) error {
-	logger := klog.FromContext(ctx).WithValues("lease", lockName)
-	id := o.LeaderElectIdentity
-	if id == "" {
-		host, _ := os.Hostname()
-		id = host + "_" + uuid.NewString()
-	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: lockName, Namespace: o.LeaderElectNamespace},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	var (
-		mu     sync.Mutex
-		runErr error
-	)
-	led := false
-	leCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	fail := func(err error) {
-		mu.Lock()
-		if runErr == nil {
-			runErr = err
-		}
-		mu.Unlock()
-		cancel()
-	}
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   o.LeaseDuration,
-		RenewDeadline:   o.RenewDeadline,
-		RetryPeriod:     o.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            lockName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				led = true
-				logger.Info("Became leader; starting controllers", "identity", id)
-				if err := run(ctx, fail); err != nil {
-					fail(err)
-				}
-			},
-			OnStoppedLeading: func() {
-				if led && ctx.Err() == nil {
-					h.leaderStale.Store(true)
-				}
-			},
-			OnNewLeader: func(identity string) {
-				if identity != id {
-					logger.Info("Standing by", "leader", identity, "identity", id)
-				}
-			},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	// A standby is healthy and ready: it serves its purpose by waiting.
-	h.ready.Store(true)
-	elector.Run(leCtx)
-	mu.Lock()
-	defer mu.Unlock()
-	switch {
-	case runErr != nil:
-		return runErr
-	case ctx.Err() != nil:
-		logger.Info("Shut down; lease released", "identity", id)
-		return nil
-	default:
-		return fmt.Errorf("%w %s (identity %s)", ErrLostLease, lockName, id)
-	}
 }
 
 // clusterUID reads the UID of namespace kube-system, the cluster's identity
@@ -281,28 +238,4 @@ func dropManagedFields(obj any) (any, error) {
 		acc.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// restConfig builds the client configuration: --kubeconfig or in-cluster,
-// protobuf on the wire, and the QPS limits.
-func restConfig(o *Options) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			err = fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.UserAgent = "portside-ccm"
-	cfg.Timeout = 30 * time.Second
-	return cfg, nil
 }
