@@ -126,7 +126,7 @@ func BenchmarkPVLabelWebhook(b *testing.B) {
 	if delta.count != float64(n) {
 		b.Fatalf("the apiserver observed %v webhook calls for %d PVs", delta.count, n)
 	}
-	own := reg.histogram(b, "cloud_provider_webhook_request_duration_seconds")
+	own := reg.histogram(b, "portside_webhook_request_duration_seconds")
 
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(delta.quantile(0.50)*1e3, "apiserver-p50-ms")

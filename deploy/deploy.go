@@ -6,6 +6,10 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 var (
@@ -35,4 +39,34 @@ func CredentialProviderConfig(serviceAccount bool, registryHost, pluginName, clo
 		s = strings.ReplaceAll(s, r.old, r.repl)
 	}
 	return s, nil
+}
+
+//go:embed ccm/webhook.yaml
+var ccmWebhook string
+
+// PVLabelWebhookConfiguration is deploy/ccm/webhook.yaml's
+// MutatingWebhookConfiguration as written, with clientConfig pointed at url
+// (trusting caPEM) instead of the in-cluster Service, for a CCM outside the
+// cluster (`portside up`, tests).
+func PVLabelWebhookConfiguration(url string, caPEM []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	for _, doc := range strings.Split(ccmWebhook, "\n---") {
+		var probe metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
+			return nil, err
+		}
+		if probe.Kind != "MutatingWebhookConfiguration" {
+			continue
+		}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := yaml.UnmarshalStrict([]byte(doc), mwc); err != nil {
+			return nil, fmt.Errorf("deploy/ccm/webhook.yaml: %w", err)
+		}
+		if len(mwc.Webhooks) != 1 {
+			return nil, fmt.Errorf("deploy/ccm/webhook.yaml: want one webhook, found %d", len(mwc.Webhooks))
+		}
+		mwc.Annotations = nil // cert-manager's: the CA comes with the URL
+		mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
+		return mwc, nil
+	}
+	return nil, fmt.Errorf("deploy/ccm/webhook.yaml has no MutatingWebhookConfiguration")
 }

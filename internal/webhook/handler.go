@@ -31,7 +31,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code := h.serve(w, r)
 	c := strconv.Itoa(code)
 	h.metrics.requests.WithLabelValues(c, h.name).Inc()
-	h.metrics.latency.WithLabelValues(c, h.name).Observe(time.Since(start).Seconds())
+	took := time.Since(start).Seconds()
+	h.metrics.latency.WithLabelValues(c, h.name).Observe(took)
+	h.metrics.fine.WithLabelValues(c, h.name).Observe(took)
 }
 
 // fail writes an HTTP error and returns its code.

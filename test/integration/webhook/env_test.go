@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,11 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
+	"github.com/portside-io/portside/deploy"
 	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
 	"github.com/portside-io/portside/internal/testenv"
-	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/internal/webhook"
 	"github.com/portside-io/portside/internal/webhooks/pvlabel"
 	"github.com/portside-io/portside/pkg/providers/local"
@@ -67,36 +63,14 @@ func serveInProcess(t *testing.T, c *localcloudtest.Cloud, policy string) (url s
 // in-cluster Service, under a name of the test's.
 func sampleConfig(t *testing.T, url, failurePolicy string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
-	root, err := tools.RepoRoot()
+	mwc, err := deploy.PVLabelWebhookConfiguration(url, testenv.ControlPlane(t).CAPEM())
 	if err != nil {
 		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "ccm", "webhook.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mwc *admissionregistrationv1.MutatingWebhookConfiguration
-	for _, doc := range strings.Split(string(data), "\n---") {
-		var probe metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
-			t.Fatal(err)
-		}
-		if probe.Kind == "MutatingWebhookConfiguration" {
-			mwc = &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := yaml.UnmarshalStrict([]byte(doc), mwc); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if mwc == nil || len(mwc.Webhooks) != 1 {
-		t.Fatal("deploy/ccm/webhook.yaml has no MutatingWebhookConfiguration with one webhook")
 	}
 	mwc.Name = fmt.Sprintf("%s-%d", mwc.Name, rand.IntN(1e6))
-	mwc.Annotations = nil
 	w := &mwc.Webhooks[0]
 	// Tests share the apiserver: each one's webhook sees only its own PVs.
 	w.ObjectSelector.MatchLabels = map[string]string{testLabel: mwc.Name}
-	w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: testenv.ControlPlane(t).CAPEM()}
 	fp := admissionregistrationv1.FailurePolicyType(failurePolicy)
 	w.FailurePolicy = &fp
 	return mwc
