@@ -83,6 +83,9 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}
+	if err := showVolumeTopology(ctx, p, env); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	p.step("demo", "scaling %s to %d replica: the other pods stop, their nodes fail the health check, traffic follows", demoService, demoScaledTo)
 	if err := scaleDemo(ctx, env, demoScaledTo); err != nil {
 		return fmt.Errorf("demo: %w", err)

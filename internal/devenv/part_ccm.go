@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"net"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/webhooks/pvlabel"
 )
 
 // ccmArgs are the flags `portside up` runs `portside ccm` with: the local
@@ -43,6 +46,19 @@ func ccmArgs(kubeconfig, cloudConfig string, replicas, replica int) []string {
 		"--leader-elect-lease-duration="+CCMLeaseDuration.String(), "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s")
 }
 
+// webhookArgs make a CCM serve the persistent-volume-label webhook on
+// 127.0.0.1:port with a certificate of the cluster's CA (the apiserver
+// trusts it through the webhook configuration's CA bundle).
+func webhookArgs(port int, certFile, keyFile string) []string {
+	return []string{
+		"--webhooks=" + pvlabel.Name,
+		"--webhook-bind-address=127.0.0.1",
+		"--webhook-secure-port=" + strconv.Itoa(port),
+		"--webhook-tls-cert-file=" + certFile,
+		"--webhook-tls-private-key-file=" + keyFile,
+	}
+}
+
 // CCMLeaseDuration is the Lease duration of replicated CCMs: a dead
 // leader's successor leads within it.
 const CCMLeaseDuration = 8 * time.Second
@@ -71,15 +87,36 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
+	cert, err := env.cp.IssueServingCert("ccm-webhook", "127.0.0.1")
+	if err != nil {
+		return err
+	}
 	for i := 1; i <= env.ccmReplicas; i++ {
-		if err := startCCMReplica(ctx, s, env, exe, i); err != nil {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		if i == 1 {
+			env.webhookURL = fmt.Sprintf("https://127.0.0.1:%d%s", port, pvlabel.Path)
+		}
+		if err := startCCMReplica(ctx, s, env, exe, i, webhookArgs(port, cert.CertFile, cert.KeyFile)); err != nil {
 			return err
 		}
 	}
-	return nil
+	return registerWebhook(ctx, s, env)
 }
 
-func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string, i int) error {
+// freePort is a loopback port free now; a replica keeps it across restarts.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string, i int, extra []string) error {
 	name, logPath := "ccm", filepath.Join(env.logs(), "ccm.log")
 	if env.ccmReplicas > 1 {
 		name = ccmIdentity(i)
@@ -94,7 +131,7 @@ func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string
 	}
 	s.p.step("ccm", "starting the cloud controller manager %s(log %s)", map[bool]string{true: name + " ", false: ""}[env.ccmReplicas > 1], logPath)
 	run := func() (*proc.Process, error) {
-		return proc.Start(name, exe, ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), nil, logPath)
+		return proc.Start(name, exe, append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...), nil, logPath)
 	}
 	p, err := run()
 	if err != nil {

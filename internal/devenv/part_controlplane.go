@@ -25,6 +25,9 @@ type environment struct {
 	vipPool       netip.Prefix
 	// registryHost is the cloud's OCI registry (host:port).
 	registryHost string
+	// webhookURL is where the apiserver calls persistent-volume-label (the
+	// first CCM replica).
+	webhookURL string
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.

@@ -109,6 +109,9 @@ func TestUpOnce(t *testing.T) {
 		// demo reads a pod's log through it.
 		"proxy-server serving (pid", "agent-zone-a connected (pid", "agent-zone-b connected (pid",
 		"through proxy-server and agent-zone-", "stopping proxy-server (pid",
+		// The CCM serves persistent-volume-label to the apiserver.
+		"persistent-volume-label webhook registered",
+		"got topology.kubernetes.io/zone=zone-a__zone-b, topology.kubernetes.io/region=region-1 and node affinity topology.kubernetes.io/zone In [zone-a zone-b], topology.kubernetes.io/region In [region-1] from the ccm's persistent-volume-label webhook",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
@@ -209,7 +212,8 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rerun: %v", err)
 	}
-	for _, want := range []string{"removed 1 surplus nodes", "(0 new, 2 from an earlier run)", "2/2 initialized", "the ccm gave it VIP " + vip[1] + ";", "200 OK from node-"} {
+	for _, want := range []string{"removed 1 surplus nodes", "(0 new, 2 from an earlier run)", "2/2 initialized", "the ccm gave it VIP " + vip[1] + ";", "200 OK from node-",
+		"got topology.kubernetes.io/zone=zone-a__zone-b"} {
 		if !strings.Contains(string(again), want) {
 			t.Errorf("rerun output lacks %q", want)
 		}
