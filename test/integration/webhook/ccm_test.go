@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,36 @@ import (
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 )
+
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// portsideBinary builds cmd/portside once per test binary run.
+func portsideBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		root, err := tools.RepoRoot()
+		if err != nil {
+			built.err = err
+			return
+		}
+		if built.dir, built.err = os.MkdirTemp("", "webhook-bin-"); built.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(built.dir, "portside"), "./cmd/portside")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return filepath.Join(built.dir, "portside")
+}
 
 // freePort returns a loopback port nobody listens on (the webhook flags
 // take a port; 0 means "serve no webhooks", as upstream).
@@ -34,25 +65,23 @@ func freePort(t *testing.T) int {
 }
 
 // TestCCMServesTheWebhook: `portside ccm` with upstream's webhook flags (as
-// deploy/ccm/deployment.yaml runs it) serves persistent-volume-label to the
-// real apiserver, and serves a rotated certificate without a restart.
+// deploy/ccm/deployment.yaml runs it), and `portside webhook serve` with the
+// same flags, serve persistent-volume-label to the real apiserver, and
+// serve a rotated certificate without a restart.
 func TestCCMServesTheWebhook(t *testing.T) {
+	for _, command := range []string{"ccm", "webhook serve"} {
+		t.Run(strings.ReplaceAll(command, " ", "-"), func(t *testing.T) { servesTheWebhook(t, command) })
+	}
+}
+
+func servesTheWebhook(t *testing.T, command string) {
 	ctx := context.Background()
 	cs, _ := clientWithWarnings(t)
 	c := localcloudtest.Start(t)
 	vol := createVolume(t, c, "data", "zone-a")
 	dir := t.TempDir()
 
-	root, err := tools.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "portside")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/portside")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := portsideBinary(t)
 	cloudConfig := filepath.Join(dir, "cloud.yaml")
 	if err := os.WriteFile(cloudConfig, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", c.Endpoint, c.Token)), 0o600); err != nil {
 		t.Fatal(err)
@@ -80,12 +109,14 @@ func TestCCMServesTheWebhook(t *testing.T) {
 
 	port := freePort(t)
 	logPath := filepath.Join(dir, "ccm.log")
-	p, err := proc.Start("ccm", bin, []string{"ccm",
-		"--cloud-provider=local", "--cloud-config=" + cloudConfig, "--kubeconfig=" + testenv.Kubeconfig(t),
-		"--leader-elect=false", "--secure-port=0", "--bind-address=127.0.0.1", "--controllers=cloud-node-controller",
-		"--webhooks=persistent-volume-label", "--webhook-bind-address=127.0.0.1", "--webhook-secure-port=" + strconv.Itoa(port),
-		"--webhook-tls-cert-file=" + filepath.Join(tlsDir, "tls.crt"), "--webhook-tls-private-key-file=" + filepath.Join(tlsDir, "tls.key"),
-	}, nil, logPath)
+	args := append(strings.Fields(command), "--cloud-provider=local", "--cloud-config="+cloudConfig,
+		"--webhooks=persistent-volume-label", "--webhook-bind-address=127.0.0.1", "--webhook-secure-port="+strconv.Itoa(port),
+		"--webhook-tls-cert-file="+filepath.Join(tlsDir, "tls.crt"), "--webhook-tls-private-key-file="+filepath.Join(tlsDir, "tls.key"))
+	if command == "ccm" {
+		args = append(args, "--kubeconfig="+testenv.Kubeconfig(t), "--leader-elect=false", "--secure-port=0",
+			"--bind-address=127.0.0.1", "--controllers=cloud-node-controller")
+	}
+	p, err := proc.Start("portside", bin, args, nil, logPath)
 	if err != nil {
 		t.Fatal(err)
 	}

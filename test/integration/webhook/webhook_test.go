@@ -5,6 +5,7 @@ package webhook
 
 import (
 	"context"
+	"os"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -20,7 +21,13 @@ import (
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	code := testenv.Run(m)
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
 
 const (
 	zoneKey   = "topology.kubernetes.io/zone"
