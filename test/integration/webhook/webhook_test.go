@@ -5,8 +5,8 @@ package webhook
 
 import (
 	"context"
-	"os"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
