@@ -10,12 +10,10 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"log"
 	"math/big"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/serving"
 )
 
 // health tracks what /healthz, /livez and /readyz report.
@@ -109,7 +109,7 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 		IdleTimeout:       serveIdleTimeout,
 		MaxHeaderBytes:    serveMaxHeaderBytes,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minTLS, CipherSuites: suites},
-		ErrorLog:          log.New(serverErrorLog{klog.FromContext(ctx)}, "", 0),
+		ErrorLog:          serving.ErrorLog(klog.FromContext(ctx)),
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -126,21 +126,6 @@ func serve(ctx context.Context, o *Options, h *health, reg *prometheus.Registry,
 	}()
 	klog.FromContext(ctx).Info("Serving health and metrics", "address", "https://"+ln.Addr().String())
 	return ln.Addr().String(), errc, nil
-}
-
-// serverErrorLog takes net/http's error log: TLS handshake errors (port
-// scanners, probes without TLS, clients gone during a flood) go to -v=4 as
-// upstream's apiserver does; other errors are logged.
-type serverErrorLog struct{ logger klog.Logger }
-
-func (l serverErrorLog) Write(p []byte) (int, error) {
-	msg := strings.TrimSpace(string(p))
-	if strings.Contains(msg, "TLS handshake error") {
-		l.logger.V(4).Info("Serving", "error", msg)
-	} else {
-		l.logger.Info("Serving", "error", msg)
-	}
-	return len(p), nil
 }
 
 // servingCert loads --tls-cert-file, or makes a self-signed certificate.

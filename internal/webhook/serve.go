@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/serving"
 )
 
 // ServeOptions say how the webhooks are served (upstream's --webhook-*
@@ -135,7 +136,7 @@ func Serve(ctx context.Context, o ServeOptions) (addr string, errc <-chan error,
 			CipherSuites:     o.CipherSuites,
 			CurvePreferences: o.CurvePreferences,
 		},
-		ErrorLog: log.New(serverErrorLog{logger}, "", 0),
+		ErrorLog: serving.ErrorLog(logger),
 	}
 	if o.DisableHTTP2 {
 		srv.Protocols = new(http.Protocols)
@@ -157,18 +158,4 @@ func Serve(ctx context.Context, o ServeOptions) (addr string, errc <-chan error,
 	addr = ln.Addr().String()
 	logger.Info("Serving webhooks", "address", "https://"+addr, "webhooks", served)
 	return addr, ch, nil
-}
-
-// serverErrorLog takes net/http's error log: TLS handshake errors (probes,
-// scanners) at -v=4, others logged.
-type serverErrorLog struct{ logger klog.Logger }
-
-func (l serverErrorLog) Write(p []byte) (int, error) {
-	msg := strings.TrimSpace(string(p))
-	if strings.Contains(msg, "TLS handshake error") {
-		l.logger.V(4).Info("Serving", "error", msg)
-	} else {
-		l.logger.Info("Serving", "error", msg)
-	}
-	return len(p), nil
 }
