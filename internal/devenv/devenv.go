@@ -36,6 +36,10 @@ type Options struct {
 	// NetworkProxy sends kube-apiserver's cluster egress through Portside's
 	// network proxy: proxy-server beside it, one proxy-agent per zone.
 	NetworkProxy bool
+	// CCMBinary, when set, runs this cloud-controller-manager instead of
+	// `portside ccm`, with upstream's flags (e.g. upstream's own, built with
+	// the local provider: test/upstreamccm); it serves no webhooks.
+	CCMBinary string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -114,7 +118,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 // start brings the parts up in order; each one it starts is pushed on s.
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
-	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy}
+	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary}
 	type step struct {
 		part string
 		fn   func(context.Context, *stack, *environment) error

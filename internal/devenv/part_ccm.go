@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/portside-io/portside/internal/proc"
@@ -87,6 +89,15 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
+	if env.ccmBinary != "" {
+		// Another CCM (e.g. upstream's): upstream's flags only, no webhook.
+		for i := 1; i <= env.ccmReplicas; i++ {
+			if err := startCCMReplica(ctx, s, env, env.ccmBinary, i, nil); err != nil {
+				return err
+			}
+		}
+		return unregisterWebhook(ctx, env)
+	}
 	cert, err := env.cp.IssueServingCert("ccm-webhook", "127.0.0.1")
 	if err != nil {
 		return err
@@ -104,6 +115,18 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 		}
 	}
 	return registerWebhook(ctx, s, env)
+}
+
+// waitAlive fails when p exits within d.
+func waitAlive(ctx context.Context, p *proc.Process, d time.Duration) error {
+	select {
+	case <-p.Done():
+		return fmt.Errorf("%w (%v)", errExited, p.ExitErr())
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // freePort is a loopback port free now; a replica keeps it across restarts.
@@ -130,14 +153,27 @@ func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string
 		offset = st.Size()
 	}
 	s.p.step("ccm", "starting the cloud controller manager %s(log %s)", map[bool]string{true: name + " ", false: ""}[env.ccmReplicas > 1], logPath)
-	run := func() (*proc.Process, error) {
-		return proc.Start(name, exe, append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...), nil, logPath)
+	args := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...)
+	if env.ccmBinary != "" {
+		// No "ccm" subcommand, and no node IPAM flags (kube-controller-manager
+		// allocates pod CIDRs then).
+		args = slices.DeleteFunc(args[1:], func(a string) bool {
+			return strings.HasPrefix(a, "--allocate-node-cidrs") || strings.HasPrefix(a, "--service-cluster-ip-range")
+		})
 	}
+	run := func() (*proc.Process, error) { return proc.Start(name, exe, args, nil, logPath) }
 	p, err := run()
 	if err != nil {
 		return err
 	}
-	addr, err := waitCCMReady(ctx, p, logPath, offset, time.Minute)
+	addr := "none: " + filepath.Base(exe) + " runs with --secure-port=0"
+	if env.ccmBinary != "" {
+		// Not Portside's: it serves no health endpoint here; it is ready
+		// when it has not exited, and the nodes' initialization shows it works.
+		err = waitAlive(ctx, p, 2*time.Second)
+	} else {
+		addr, err = waitCCMReady(ctx, p, logPath, offset, time.Minute)
+	}
 	if err != nil {
 		p.Stop(10 * time.Second)
 		return processError(err, p)

@@ -26,8 +26,10 @@ type environment struct {
 	// registryHost is the cloud's OCI registry (host:port).
 	registryHost string
 	// webhookURL is where the apiserver calls persistent-volume-label (the
-	// first CCM replica).
+	// first CCM replica); "" when the CCM serves no webhook.
 	webhookURL string
+	// ccmBinary replaces `portside ccm` (Options.CCMBinary).
+	ccmBinary string
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.

@@ -52,8 +52,14 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	}
 	logPath := filepath.Join(env.logs(), "kube-controller-manager.log")
 	s.p.step("controllers", "starting kube-controller-manager --cloud-provider=external (log %s)", logPath)
+	args := kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki"))
+	if env.ccmBinary != "" {
+		// A CCM built from k8s.io/cloud-provider alone has no node IPAM
+		// (k/k's main adds it): kube-controller-manager's gives pod CIDRs.
+		args = append(args, "--allocate-node-cidrs=true", "--cluster-cidr="+ClusterCIDR)
+	}
 	run := func() (*proc.Process, error) {
-		return proc.Start("kube-controller-manager", bin, kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki")), nil, logPath)
+		return proc.Start("kube-controller-manager", bin, args, nil, logPath)
 	}
 	p, err := run()
 	if err != nil {

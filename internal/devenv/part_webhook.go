@@ -34,3 +34,17 @@ func registerWebhook(ctx context.Context, s *stack, env *environment) error {
 	s.p.step("ccm", "persistent-volume-label webhook registered (MutatingWebhookConfiguration %s → %s)", mwc.Name, env.webhookURL)
 	return nil
 }
+
+// unregisterWebhook removes an earlier run's webhook configuration when
+// this run's CCM serves none: with failurePolicy Fail it would refuse PVs.
+func unregisterWebhook(ctx context.Context, env *environment) error {
+	mwc, err := deploy.PVLabelWebhookConfiguration("", nil)
+	if err != nil {
+		return err
+	}
+	err = env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, mwc.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
