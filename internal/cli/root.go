@@ -29,7 +29,8 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand(),
-		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand(), newWebhookCommand())
+		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand(), newWebhookCommand(), newConformanceCommand())
+	root.AddCommand(newMigrateCommand())
 	return root
 }
 

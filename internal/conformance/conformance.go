@@ -20,20 +20,20 @@ type Capability string
 
 // The capabilities tests declare (--capabilities takes these names).
 const (
-	Instances         Capability = "instances"
-	InstanceDeletion  Capability = "instance-deletion" // a hook can delete an instance (--instance-hook or the local cloud)
-	LoadBalancers     Capability = "load-balancers"
-	LBUDP             Capability = "lb-udp"
-	LBMixedProtocols  Capability = "lb-mixed-protocols"
-	LBSourceRanges    Capability = "lb-source-ranges"
-	LBHealthChecks    Capability = "lb-etp-local" // health checks of healthCheckNodePort for externalTrafficPolicy=Local
-	LBDualStack       Capability = "lb-dual-stack"
-	LBIPMode          Capability = "lb-ip-mode"
-	LBReachable       Capability = "lb-reachable" // the runner can connect to load-balancer ingress addresses
-	Routes            Capability = "routes"
-	Volumes           Capability = "volumes" // PV labels (the persistent-volume-label webhook)
-	RegistryCreds     Capability = "registry-credentials"
-	NetworkProxy      Capability = "network-proxy"
+	Instances        Capability = "instances"
+	InstanceDeletion Capability = "instance-deletion" // a hook can delete an instance (--instance-hook or the local cloud)
+	LoadBalancers    Capability = "load-balancers"
+	LBUDP            Capability = "lb-udp"
+	LBMixedProtocols Capability = "lb-mixed-protocols"
+	LBSourceRanges   Capability = "lb-source-ranges"
+	LBHealthChecks   Capability = "lb-etp-local" // health checks of healthCheckNodePort for externalTrafficPolicy=Local
+	LBDualStack      Capability = "lb-dual-stack"
+	LBIPMode         Capability = "lb-ip-mode"
+	LBReachable      Capability = "lb-reachable" // the runner can connect to load-balancer ingress addresses
+	Routes           Capability = "routes"
+	Volumes          Capability = "volumes" // PV labels (the persistent-volume-label webhook)
+	RegistryCreds    Capability = "registry-credentials"
+	NetworkProxy     Capability = "network-proxy"
 )
 
 // AllCapabilities lists every capability, in documentation order.

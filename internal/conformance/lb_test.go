@@ -1,0 +1,127 @@
+package conformance
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/providers/local"
+)
+
+func TestLBPodIn(t *testing.T) {
+	pods := []string{"lb-traffic-7d9c5b-abcde", "lb-traffic-7d9c5b-fghij"}
+	for _, tc := range []struct {
+		body, want string
+	}{
+		// agnhost /hostname.
+		{"lb-traffic-7d9c5b-fghij", "lb-traffic-7d9c5b-fghij"},
+		// The kube-proxy stand-in of `portside up`.
+		{"hello from ns-1/lb-traffic-7d9c5b-abcde (10.244.1.5 on node-2) through node-2; service ns-1/lb-traffic, client 127.0.0.1:40000", "lb-traffic-7d9c5b-abcde"},
+		// Its UDP echo.
+		{"node-1/ns-1/lb-traffic-7d9c5b-abcde: hostname", "lb-traffic-7d9c5b-abcde"},
+		// A longer name that merely starts with a pod's is not that pod.
+		{"lb-traffic-7d9c5b-abcdex", ""},
+		{"xlb-traffic-7d9c5b-abcde", ""},
+		{"no endpoints", ""},
+	} {
+		got, ok := lbPodIn(tc.body, pods)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("lbPodIn(%q) = %q, %v; want %q", tc.body, got, ok, tc.want)
+		}
+	}
+}
+
+func TestLBClientIn(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{"10.0.0.7:51234", "10.0.0.7"},
+		{"[2001:db8::1]:51234\n", "2001:db8::1"},
+		{"hello from ns/p (10.244.1.5 on node-2) through node-2; service ns/s, client 127.0.0.1:40000", "127.0.0.1"},
+		{"hello from ns/p (10.244.1.5 on node-2) through node-2; service ns/s, client [::ffff:127.0.0.1]:40000\n", "127.0.0.1"},
+		{"lb-pod-abc", ""},
+	} {
+		got, ok := lbClientIn(tc.body)
+		if tc.want == "" {
+			if ok {
+				t.Errorf("lbClientIn(%q) = %v; want none", tc.body, got)
+			}
+			continue
+		}
+		if !ok || got != netip.MustParseAddr(tc.want) {
+			t.Errorf("lbClientIn(%q) = %v, %v; want %s", tc.body, got, ok, tc.want)
+		}
+	}
+}
+
+func TestLBFind(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: types.UID("0a1b2c3d-4e5f-6789-abcd-ef0123456789")}}
+	other := api.LoadBalancer{Name: "aother", LoadBalancerSpec: api.LoadBalancerSpec{Tags: map[string]string{local.TagServiceName: "ns/s", local.TagServiceUID: "old-uid"}}}
+	byName := api.LoadBalancer{Name: "a0a1b2c3d4e5f6789abcdef012345678"}
+	byTag := api.LoadBalancer{Name: "custom", LoadBalancerSpec: api.LoadBalancerSpec{Tags: map[string]string{local.TagServiceUID: string(svc.UID)}}}
+
+	if lb := lbFind([]api.LoadBalancer{other}, svc); lb != nil {
+		t.Errorf("found %s, the load balancer of an earlier Service of the same name", lb.Name)
+	}
+	if lb := lbFind([]api.LoadBalancer{other, byName}, svc); lb == nil || lb.Name != byName.Name {
+		t.Errorf("by name: got %v, want %s", lb, byName.Name)
+	}
+	if lb := lbFind([]api.LoadBalancer{byName, byTag}, svc); lb == nil || lb.Name != byTag.Name {
+		t.Errorf("by tag: got %v, want %s (the tag wins)", lb, byTag.Name)
+	}
+}
+
+func TestLBCheckListeners(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+		{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, NodePort: 30001},
+		{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 8080, NodePort: 30002},
+	}}}
+	lb := &api.LoadBalancer{LoadBalancerSpec: api.LoadBalancerSpec{Listeners: []api.Listener{
+		{Protocol: api.ProtocolTCP, Port: 8080, BackendPort: 30001},
+		{Protocol: api.ProtocolUDP, Port: 8080, BackendPort: 30002},
+	}}}
+	if msg := lbCheckListeners(lb, svc); msg != "" {
+		t.Errorf("both listeners: %s", msg)
+	}
+	lb.Listeners[1].BackendPort = 30009
+	if msg := lbCheckListeners(lb, svc); msg == "" {
+		t.Error("a UDP listener to the wrong port passed")
+	}
+	lb.Listeners = lb.Listeners[:1]
+	if msg := lbCheckListeners(lb, svc); msg == "" {
+		t.Error("a missing UDP listener passed")
+	}
+}
+
+func TestLBHealthyNames(t *testing.T) {
+	now := time.Now()
+	h := &api.LoadBalancerHealth{Backends: []api.BackendHealth{
+		{Name: "node-3", Healthy: true, LastChecked: now},
+		{Name: "node-1", Healthy: true, LastChecked: now},
+		{Name: "node-2", Healthy: false, LastChecked: now},
+		{Name: "node-4", Healthy: true},                                   // not checked yet
+		{Name: "node-5", Healthy: true, Draining: true, LastChecked: now}, // leaving
+	}}
+	if got, want := lbHealthyNames(h), []string{"node-1", "node-3"}; !slices.Equal(got, want) {
+		t.Errorf("healthy %v, want %v", got, want)
+	}
+}
+
+func TestLBTests(t *testing.T) {
+	seen := map[string]bool{}
+	for _, tc := range LoadBalancerTests() {
+		if seen[tc.Name] {
+			t.Errorf("test %s twice", tc.Name)
+		}
+		seen[tc.Name] = true
+		if tc.Run == nil || tc.Timeout == 0 || !slices.Contains(tc.Needs, LoadBalancers) {
+			t.Errorf("test %s: Run, Timeout and the need %s are required", tc.Name, LoadBalancers)
+		}
+	}
+}
