@@ -44,7 +44,7 @@ tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-s
 
 .PHONY: test
 test: tools ## Run all tests, integration against a real kube-apiserver included
-	$(GO) test -race -count=1 $(TEST_FLAGS) ./...
+	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: tools build ## Run the local environment (portside up); Ctrl-C stops it

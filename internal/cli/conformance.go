@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,7 @@ type conformanceOptions struct {
 	cloudDataDir, cloudEndpoint, cloudToken string
 	instanceHook, providerName              string
 	credConfig, credBinDir, credImage       string
+	maxWait                                 time.Duration
 	focus, skip, junit, namespace           string
 	verbose, list, cleanup                  bool
 }
@@ -71,6 +73,7 @@ func newConformanceCommand() *cobra.Command {
 	f.StringVar(&o.focus, "focus", "", "run only the tests whose name matches this regular expression")
 	f.StringVar(&o.skip, "skip", "", "leave out the tests whose name matches this regular expression")
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
+	f.DurationVar(&o.maxWait, "max-wait", 0, "cap every wait of every test at this (e.g. 20s on a local cloud that converges in seconds, so a broken one fails fast; default: each test's own bounds, up to minutes)")
 	f.StringVar(&o.namespace, "namespace", "", "the run's namespace, created and deleted by the run (default: portside-conformance-<run>)")
 	// -v is the root's klog verbosity; here it is a switch.
 	f.BoolVarP(&o.verbose, "v", "v", false, "verbose: print each test as it starts, skip reasons and the tests' logs")
@@ -110,7 +113,7 @@ func runConformance(ctx context.Context, w io.Writer, o *conformanceOptions) err
 	env := &conformance.Env{
 		ProviderName:             o.providerName,
 		CredentialProviderConfig: o.credConfig, CredentialProviderBinDir: o.credBinDir, CredentialProviderImage: o.credImage,
-		Namespace: o.namespace,
+		Namespace: o.namespace, MaxWait: o.maxWait,
 	}
 	if o.instanceHook != "" {
 		env.InstanceHook = strings.Fields(o.instanceHook)

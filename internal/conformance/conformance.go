@@ -58,6 +58,8 @@ type Env struct {
 	// CredentialProvider: the kubelet credential provider round trip, when
 	// configured (the plugin config and bin dir, and an image to pull).
 	CredentialProviderConfig, CredentialProviderBinDir, CredentialProviderImage string
+	// MaxWait, when set, caps every wait of every test (T.Eventually).
+	MaxWait time.Duration
 	// RunID names this run's objects (label conformance.portside.io/run).
 	RunID string
 	// Namespace is created for the run and deleted at its end.

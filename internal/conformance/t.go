@@ -76,6 +76,9 @@ func (t *T) Failed() bool {
 // Eventually polls cond every pollInterval until it holds; after timeout
 // (or when ctx ends) the test fails with what and cond's last detail.
 func (t *T) Eventually(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (ok bool, detail string)) {
+	if m := t.Env.MaxWait; m > 0 && timeout > m {
+		timeout = m
+	}
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
