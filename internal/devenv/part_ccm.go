@@ -153,15 +153,20 @@ func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string
 		offset = st.Size()
 	}
 	s.p.step("ccm", "starting the cloud controller manager %s(log %s)", map[bool]string{true: name + " ", false: ""}[env.ccmReplicas > 1], logPath)
-	args := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...)
-	if env.ccmBinary != "" {
+	// Built at every start: a restarted replica gets a fresh leader
+	// identity (ccmArgs), so it waits for the Lease like any candidate.
+	args := func() []string {
+		a := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...)
+		if env.ccmBinary == "" {
+			return a
+		}
 		// No "ccm" subcommand, and no node IPAM flags (kube-controller-manager
 		// allocates pod CIDRs then).
-		args = slices.DeleteFunc(args[1:], func(a string) bool {
+		return slices.DeleteFunc(a[1:], func(a string) bool {
 			return strings.HasPrefix(a, "--allocate-node-cidrs") || strings.HasPrefix(a, "--service-cluster-ip-range")
 		})
 	}
-	run := func() (*proc.Process, error) { return proc.Start(name, exe, args, nil, logPath) }
+	run := func() (*proc.Process, error) { return proc.Start(name, exe, args(), nil, logPath) }
 	p, err := run()
 	if err != nil {
 		return err
