@@ -38,6 +38,15 @@ build: ## Build the portside binary and the lean, static portside-credential-pro
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o _output/bin/ ./cmd/portside-credential-provider
 
+.PHONY: image
+# No Docker engine: hack/image cross-compiles portside (static) for both
+# platforms and builds the image with go-containerregistry. The build date
+# is the HEAD commit's (or $SOURCE_DATE_EPOCH): same commit, same digest.
+# IMAGE_FLAGS adds flags, e.g. IMAGE_FLAGS=--local-cloud-data-dir=<dir> to push
+# to a local cloud's registry with a push credential it issues.
+image: ## Build the OCI image of portside (linux/amd64, linux/arm64) into _output/image/oci; IMAGE_PUSH=<ref> pushes it
+	$(GO) run ./hack/image --version '$(VERSION)' --commit '$(COMMIT)' --go '$(GO)' --out _output/image/oci $(if $(IMAGE_PUSH),--push '$(IMAGE_PUSH)') $(IMAGE_FLAGS)
+
 .PHONY: tools
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, ANP proxy-server/proxy-agent and the kubelet credential-provider harness (once)
 	@hack/tools/build.sh
