@@ -136,7 +136,12 @@ func (b *balancer) runHealthChecks(be *backend) {
 	if be.check.kind == "none" || b.opts.NoHealthChecks {
 		return
 	}
-	client := &http.Client{Timeout: b.opts.HealthTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := &http.Client{
+		Timeout: b.opts.HealthTimeout, Transport: &http.Transport{DisableKeepAlives: true},
+		// A redirect is not a healthy answer (kube-proxy's health check
+		// answers 200 or 503): following it could count another server's 200.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	var fails, oks int
 	ticker := time.NewTicker(b.opts.HealthInterval)
 	defer ticker.Stop()

@@ -214,6 +214,41 @@ func TestHTTPHealthCheckForLocalTraffic(t *testing.T) {
 	}
 }
 
+// TestHTTPHealthCheckDoesNotFollowRedirects: a health-check port that
+// redirects to a 200 is not healthy.
+func TestHTTPHealthCheckDoesNotFollowRedirects(t *testing.T) {
+	p := fastPlane(t)
+	a := startBackend(t, "a", randomLoopback(), 0)
+	hcPort := freePort(t, a.ip)
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(a.ip, uint16(hcPort)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			http.Redirect(w, r, "/ok", http.StatusFound)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	vip := randomLoopback()
+	if err := p.Apply(Config{
+		Name: "lb-redirect", VIPs: []netip.Addr{vip},
+		Listeners:   []api.Listener{{Protocol: api.ProtocolTCP, Port: freePort(t, vip), BackendPort: a.port()}},
+		Backends:    []api.Backend{{Name: "a", Address: a.ip.String()}},
+		HealthCheck: &api.HealthCheck{Type: api.HealthCheckHTTP, Path: "/healthz", Port: hcPort},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "a failing its HTTP check (302)", func() bool { return !backendHealthy(p, "lb-redirect", a.ip) })
+	time.Sleep(500 * time.Millisecond)
+	if backendHealthy(p, "lb-redirect", a.ip) {
+		t.Fatal("a backend whose health check redirects became healthy")
+	}
+}
+
 func TestUDP(t *testing.T) {
 	p := fastPlane(t)
 	beIP := randomLoopback()

@@ -89,11 +89,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	}
 	defer func() { _ = os.Remove(filepath.Join(opts.DataDir, EndpointFile)) }()
 
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	hs := apiServer(ctx, srv.Handler())
 	go func() { errc <- hs.Serve(ln) }()
 	servers := []*http.Server{hs}
 	if rs != nil {
@@ -152,6 +148,27 @@ func serveRegistry(ctx context.Context, srv *Server, opts RunOptions, errc chan<
 	}
 	go func() { errc <- rs.Serve(ln) }()
 	return host, rs, nil
+}
+
+// API serving timeouts: a client slow to send its request (bodies are at
+// most 4 MiB), slow to read the answer, or idle, does not hold a
+// connection and a goroutine for long.
+const (
+	apiReadHeaderTimeout = 10 * time.Second
+	apiReadTimeout       = time.Minute
+	apiWriteTimeout      = time.Minute
+	apiIdleTimeout       = 2 * time.Minute
+)
+
+func apiServer(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: apiReadHeaderTimeout,
+		ReadTimeout:       apiReadTimeout,
+		WriteTimeout:      apiWriteTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
 }
 
 // EnsureToken reads the token file, creating it with a random token when
