@@ -648,6 +648,9 @@ func startUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncBu
 	t.Helper()
 	up := exec.Command(bin, append([]string{"up"}, args...)...)
 	up.Dir = root
+	// If the test binary dies (a go test timeout), up gets SIGTERM and
+	// stops everything it started, instead of running on as an orphan.
+	up.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	out := &syncBuffer{}
 	up.Stdout, up.Stderr = out, out
 	if err := up.Start(); err != nil {
