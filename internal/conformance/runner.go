@@ -296,11 +296,14 @@ func Cleanup(ctx context.Context, env *Env) ([]string, error) {
 				}
 			}
 		}
-		if vols, err := c.ListVolumes(ctx); err != nil {
+		inUse, err := volumesInUse(ctx, env)
+		if err != nil {
+			errs = append(errs, err)
+		} else if vols, err := c.ListVolumes(ctx); err != nil {
 			errs = append(errs, err)
 		} else {
 			for _, v := range vols {
-				if !strings.HasPrefix(v.Name, "conformance-") || !strings.HasSuffix(v.Name, "-pv") {
+				if !leftoverVolume(v.Name, inUse[v.ID]) {
 					continue
 				}
 				if err := c.DeleteVolume(ctx, v.ID); err != nil {
@@ -312,4 +315,29 @@ func Cleanup(ctx context.Context, env *Env) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// runVolumeName is the name volumes/pv-labels gives its volume
+// ("conformance-<run id>-pv"); local-cloud volumes carry no labels.
+var runVolumeName = regexp.MustCompile(`^conformance-[0-9a-f]{8}-pv$`)
+
+// leftoverVolume decides whether --cleanup deletes a local-cloud volume:
+// only one named as a run names it and used by no PV but a run's.
+func leftoverVolume(name string, usedByOthers bool) bool {
+	return runVolumeName.MatchString(name) && !usedByOthers
+}
+
+// volumesInUse maps the volume IDs that PVs not created by a run refer to.
+func volumesInUse(ctx context.Context, env *Env) (map[string]bool, error) {
+	pvs, err := env.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list persistent volumes: %w", err)
+	}
+	used := map[string]bool{}
+	for _, pv := range pvs.Items {
+		if _, ours := pv.Labels[RunLabel]; !ours && pv.Spec.CSI != nil {
+			used[pv.Spec.CSI.VolumeHandle] = true
+		}
+	}
+	return used, nil
 }

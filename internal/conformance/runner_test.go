@@ -183,3 +183,23 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("table shows more than the first line:\n%s", s)
 	}
 }
+
+func TestLeftoverVolume(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inUse  bool
+		delete bool
+	}{
+		{"conformance-0a1b2c3d-pv", false, true},
+		{"conformance-0a1b2c3d-pv", true, false}, // a PV not of a run uses it
+		{"conformance-data-pv", false, false},    // not a run ID
+		{"conformance-0A1B2C3D-pv", false, false},
+		{"my-conformance-0a1b2c3d-pv", false, false},
+		{"conformance-0a1b2c3d-pv-backup", false, false},
+		{"demo-data", false, false},
+	} {
+		if got := leftoverVolume(tc.name, tc.inUse); got != tc.delete {
+			t.Errorf("leftoverVolume(%q, in use %v) = %v, want %v", tc.name, tc.inUse, got, tc.delete)
+		}
+	}
+}
