@@ -51,8 +51,12 @@ image: ## Build the OCI image of portside (linux/amd64, linux/arm64) into _outpu
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, ANP proxy-server/proxy-agent and the kubelet credential-provider harness (once)
 	@hack/tools/build.sh
 
+.PHONY: browser
+browser: ## Install Debian's chromium for the web console's browser tests (skipped, saying so, if it cannot)
+	@hack/ensure-chromium.sh
+
 .PHONY: test
-test: tools ## Run all tests, integration against a real kube-apiserver included
+test: tools browser ## Run all tests, integration against a real kube-apiserver included
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
 .PHONY: demo

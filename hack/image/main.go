@@ -38,7 +38,7 @@ const versionPkg = "github.com/portside-io/portside/internal/version"
 
 type options struct {
 	version, commit, buildDate string
-	out, binDir                string
+	out, binDir, releaseOut    string
 	platforms                  string
 	push                       string
 	pushInsecure               bool
@@ -52,6 +52,7 @@ func main() {
 	flag.StringVar(&o.commit, "commit", "", "commit to stamp (default: git rev-parse HEAD)")
 	flag.StringVar(&o.buildDate, "build-date", "", "build date to stamp, RFC 3339 (default: $SOURCE_DATE_EPOCH, else the HEAD commit's time: reproducible)")
 	flag.StringVar(&o.out, "out", "_output/image/oci", "OCI layout directory to write (replaced)")
+	flag.StringVar(&o.releaseOut, "release-out", "_output/image/release", "where the manifests of deploy/ and the Helm chart, stamped with this image, go")
 	flag.StringVar(&o.binDir, "bin-dir", "_output/image/bin", "where the cross-compiled binaries go (<os>_<arch>/portside)")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated os/arch list")
 	flag.StringVar(&o.push, "push", "", "push the index to this reference (registry/repository[:tag]); with --local-cloud-data-dir, default <registry-endpoint>/"+image.DefaultRepository+":<version>")
@@ -150,6 +151,15 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("  %-12s %s\n", p, m.Digest)
 	}
+
+	repo := image.DefaultImage
+	if ref != nil {
+		repo = ref.Context().Name()
+	}
+	if err := writeRelease(o.releaseOut, image.Ref(repo, tag, digest.String()), o.version, date); err != nil {
+		return err
+	}
+	fmt.Printf("  wrote manifests and chart referencing %s into %s\n", image.Ref(repo, tag, digest.String()), o.releaseOut)
 
 	if ref != nil {
 		t := time.Now()

@@ -78,7 +78,7 @@ func newCloudCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.AddCommand(newCloudServeCommand(f), newCloudInstancesCommand(f), newCloudLBsCommand(f),
 		newCloudRoutesCommand(f), newCloudVolumesCommand(f), newCloudRegistriesCommand(f),
-		newCloudZonesCommand(f), newCloudFaultsCommand(f))
+		newCloudZonesCommand(f), newCloudFaultsCommand(f), newCloudConsoleCommand(f))
 	return cmd
 }
 
@@ -115,7 +115,8 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 				return err
 			}
 			opts.Ready = func(endpoint string) {
-				fmt.Fprintf(cmd.OutOrStdout(), "local cloud serving at %s (data in %s; token in %s)\n", endpoint, opts.DataDir, filepath.Join(opts.DataDir, server.TokenFile))
+				fmt.Fprintf(cmd.OutOrStdout(), "local cloud serving at %s (data in %s; token in %s)\nweb console: %s/console/ (log in with a token, or `portside cloud console` for a one-time link)\n",
+					endpoint, opts.DataDir, filepath.Join(opts.DataDir, server.TokenFile), endpoint)
 			}
 			return server.Run(cmd.Context(), opts)
 		},
@@ -125,6 +126,8 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	fl.StringVar(&opts.RegistryListen, "registry-listen", "127.0.0.1:0", `address of the served OCI registry (port 0 picks a free port; see <data-dir>/registry-endpoint); "" serves none`)
 	fl.DurationVar(&opts.CredentialTTL, "credential-ttl", time.Hour, "lifetime of the registry credentials the cloud issues")
 	fl.StringVar(&opts.TokenFile, "token-file", "", "bearer token file (default <data-dir>/token, generated if missing)")
+	fl.StringVar(&opts.ViewerTokenFile, "viewer-token-file", "", "the web console's read-only token file (default <data-dir>/viewer-token, generated if missing)")
+	fl.StringVar(&opts.ConsoleKubeconfig, "console-kubeconfig", "", "kubeconfig of the cluster the web console joins (Service → load balancer → nodes → pods); it may appear later")
 	fl.StringVar(&vipPool, "vip-pool", "127.100.0.0/16", "IPv4 range for load-balancer VIPs (on loopback)")
 	fl.StringVar(&vipPool6, "vip-pool-v6", "", "IPv6 range for load-balancer VIPs; must be routed to lo (ip -6 route add local <range> dev lo)")
 	fl.StringVar(&nodePool, "node-pool", "127.1.0.0/16", "IPv4 range for instance addresses")

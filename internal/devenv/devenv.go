@@ -99,6 +99,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}
 	p.step("ready", "use the cluster with:\n\n    export KUBECONFIG=%s\n    %s get nodes -L topology.kubernetes.io/zone\n    %s status --data-dir %s\n\n  logs: %s, %s",
 		l.kubeconfig(), kubectlName(env.kubectl), selfName(), opts.DataDir, l.logs(), filepath.Join(l.controlPlane(), "logs"))
+	consoleLink(ctx, p, env)
 	if opts.Once {
 		return nil
 	}
@@ -196,3 +197,14 @@ func readPIDFile(path string) (int, bool) {
 
 // errExited is returned by waits that see a child die during start-up.
 var errExited = errors.New("exited during start-up")
+
+// consoleLink prints a one-time login link to the cloud's web console.
+func consoleLink(ctx context.Context, p *progress, env *environment) {
+	link, _, err := env.cloudClient.ConsoleTicket(ctx, false)
+	if err != nil {
+		p.step("ready", "web console: %s/console/ (no one-time link: %v)", env.cloudEndpoint, err)
+		return
+	}
+	p.step("ready", "web console: %s\n  (a one-time link, read-write; `%s cloud console --data-dir %s` prints another)",
+		link, selfName(), env.cloud())
+}

@@ -74,6 +74,8 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 			"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
 			// Health checks twice a second: traffic follows pods within ~1 s.
 			"--health-interval=500ms",
+			// The console joins the cluster once its kubeconfig exists.
+			"--console-kubeconfig=" + env.kubeconfig(),
 		}
 	}
 	logPath := filepath.Join(env.logs(), "cloud.log")

@@ -83,8 +83,21 @@ func instrumentProvider(p cloud.Provider, reg prometheus.Registerer) cloud.Provi
 	if p == nil || reg == nil {
 		return p
 	}
-	prefix := "cloudprovider_" + metricsProviderName(p.ProviderName())
-	m := &apiMetrics{
+	return &instrumentedProvider{Provider: p, m: newAPIMetrics(reg, p.ProviderName())}
+}
+
+// RegisterCloudAPIMetrics registers on reg the cloud API metrics that
+// instrumentProvider registers for a provider named providerName (for
+// docs/reference/metrics.md).
+func RegisterCloudAPIMetrics(reg prometheus.Registerer, providerName string) {
+	newAPIMetrics(reg, providerName)
+}
+
+// newAPIMetrics returns the cloud API metrics of the provider named
+// providerName, registered on reg (or the ones registered already).
+func newAPIMetrics(reg prometheus.Registerer, providerName string) *apiMetrics {
+	prefix := "cloudprovider_" + metricsProviderName(providerName)
+	return &apiMetrics{
 		duration: registerOrExisting(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    prefix + "_api_request_duration_seconds",
 			Help:    "Latency of a cloud API call, by request (the Portside cloud provider method).",
@@ -95,7 +108,6 @@ func instrumentProvider(p cloud.Provider, reg prometheus.Registerer) cloud.Provi
 			Help: "Number of errors for a cloud API call, by request (the Portside cloud provider method).",
 		}, []string{"request"})),
 	}
-	return &instrumentedProvider{Provider: p, m: m}
 }
 
 type instrumentedProvider struct {

@@ -95,3 +95,10 @@ func (m *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) work
 func (m *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return m.retries.WithLabelValues(name)
 }
+
+// RegisterWorkqueueMetrics registers a fresh set of the workqueue metrics
+// NewRegistry registers (the ones every named queue reports to), without
+// making them client-go's provider (for docs/reference/metrics.md).
+func RegisterWorkqueueMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(newQueueMetrics().collectors()...)
+}

@@ -68,3 +68,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	}
 	return c
 }
+
+// RegisterMetrics registers the webhook host's metrics on reg, as Serve
+// does (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

@@ -143,8 +143,8 @@ func (c *Controller) initNode(ctx context.Context, name string) error {
 	if err != nil {
 		reason := "CloudError"
 		if cloud.IsNotFound(err) {
-			reason = "InstanceNotFound"
-			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, reason,
+			reason = ReasonInstanceNotFound
+			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ReasonInstanceNotFound,
 				"Node stays uninitialized: the cloud has no instance for it (%v); check that the machine exists and the node name or providerID matches it", err)
 		}
 		c.metrics.inits.WithLabelValues(reason).Inc()
@@ -170,10 +170,6 @@ func (c *Controller) initNode(ctx context.Context, name string) error {
 	logger.V(2).Info("Initialized node", "providerID", md.ProviderID, "zone", md.Zone, "warnings", len(md.Warnings))
 	return nil
 }
-
-// ReasonIncompleteInstanceMetadata is the reason of the Warning events that
-// report what the provider could not say about a node's instance.
-const ReasonIncompleteInstanceMetadata = "IncompleteInstanceMetadata"
 
 // reportWarnings makes each of the provider's warnings a Warning event on
 // the node, so that a node initialized without zone labels or providerID

@@ -67,7 +67,7 @@ func DecideInitialization(node *corev1.Node, md *cloud.InstanceMetadata) (*Initi
 		// Upstream leaves such nodes tainted too (issues.k8s.io/123024),
 		// except for a legacy provider that cannot name its instances
 		// (InstanceID not implemented): it initializes those without one.
-		return nil, &InitError{Reason: "ProviderIDMissing", Message: "the cloud provider returned no providerID for this node and the node has none"}
+		return nil, &InitError{Reason: ReasonProviderIDMissing, Message: "the cloud provider returned no providerID for this node and the node has none"}
 	}
 	addrs, err := DesiredAddresses(node, md.Addresses)
 	if err != nil {
@@ -155,7 +155,7 @@ func DesiredAddresses(node *corev1.Node, cloudAddrs []corev1.NodeAddress) ([]cor
 				}
 			}
 			if !found {
-				return nil, &InitError{Reason: "ProvidedNodeIPNotFound", Message: fmt.Sprintf(
+				return nil, &InitError{Reason: ReasonProvidedNodeIPNotFound, Message: fmt.Sprintf(
 					"the kubelet's %s %s is not among the instance's addresses %s: fix the kubelet's --node-ip or the instance",
 					AnnotationProvidedNodeIP, ip, formatAddresses(cloudAddrs))}
 			}
@@ -181,7 +181,7 @@ func DesiredAddresses(node *corev1.Node, cloudAddrs []corev1.NodeAddress) ([]cor
 func parseProvidedIPs(v string) ([]netip.Addr, error) {
 	parts := strings.Split(v, ",")
 	bad := func(why string) error {
-		return &InitError{Reason: "InvalidProvidedNodeIP", Message: fmt.Sprintf("annotation %s=%q %s: want one IP, or an IPv4 and an IPv6 separated by a comma", AnnotationProvidedNodeIP, v, why)}
+		return &InitError{Reason: ReasonInvalidProvidedNodeIP, Message: fmt.Sprintf("annotation %s=%q %s: want one IP, or an IPv4 and an IPv6 separated by a comma", AnnotationProvidedNodeIP, v, why)}
 	}
 	if len(parts) > 2 {
 		return nil, bad("has more than two addresses")

@@ -67,3 +67,7 @@ func (m *metrics) upstreamInitialized(created time.Time) {
 	m.taintRemovalDelay.Observe(since)
 	m.initialSyncDelay.Observe(since)
 }
+
+// RegisterMetrics registers the controller's metrics on reg, as New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

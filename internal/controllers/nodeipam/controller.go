@@ -45,12 +45,6 @@ const (
 	CloudAllocator = "CloudAllocator"
 )
 
-// Event reasons (upstream's).
-const (
-	ReasonCIDRNotAvailable     = "CIDRNotAvailable"
-	ReasonCIDRAssignmentFailed = "CIDRAssignmentFailed"
-)
-
 // Config configures the controller.
 type Config struct {
 	Client   kubernetes.Interface

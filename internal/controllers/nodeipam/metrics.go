@@ -36,3 +36,10 @@ func newMetrics(reg prometheus.Registerer, usage func() map[string][2]int) *metr
 	}
 	return m
 }
+
+// RegisterMetrics registers the controller's metrics on reg, as New does,
+// with usage standing for the allocator's state (for
+// docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer, usage func() map[string][2]int) {
+	newMetrics(reg, usage)
+}

@@ -174,11 +174,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	logger := klog.FromContext(ctx).WithValues("node", name)
 	switch Decide(node, exists, shutdown) {
 	case DeleteNode:
-		c.cfg.Recorder.Eventf(node, corev1.EventTypeNormal, "DeletingNode", "Deleting node %s because its instance does not exist in the cloud", name)
+		c.cfg.Recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeletingNode, "Deleting node %s because its instance does not exist in the cloud", name)
 		uid := node.UID
 		err := c.cfg.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) {
-			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, "DeletingNodeFailed", "Error deleting node %s: %v", name, err)
+			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeletingNodeFailed, "Error deleting node %s: %v", name, err)
 			return err
 		}
 		c.metrics.deleted.Inc()

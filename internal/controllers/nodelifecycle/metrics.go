@@ -117,3 +117,7 @@ func (c *countedInstances) InstanceShutdown(ctx context.Context, node cloud.Node
 	c.m.observeCall(opInstanceShutdown, err)
 	return shutdown, err
 }
+
+// RegisterMetrics registers the controller's metrics on reg, as New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

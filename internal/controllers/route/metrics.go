@@ -141,3 +141,7 @@ func (r *changeCountingRoutes) DeleteRoute(ctx context.Context, cluster string, 
 	}
 	return err
 }
+
+// RegisterMetrics registers the controller's metrics on reg, as New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

@@ -17,13 +17,6 @@ import (
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
-// Condition reasons and event reason (upstream's).
-const (
-	ReasonRouteCreated        = "RouteCreated"
-	ReasonNoRouteCreated      = "NoRouteCreated"
-	ReasonFailedToCreateRoute = "FailedToCreateRoute"
-)
-
 // syncNode makes one node's routes right against the cache.
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	logger := klog.FromContext(ctx).WithValues("node", name)

@@ -87,3 +87,7 @@ func (c *Controller) beginNodeSync(svcs []*corev1.Service) {
 		}
 	}
 }
+
+// RegisterMetrics registers the controller's metrics on reg, as New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

@@ -85,16 +85,16 @@ func (c *Controller) forget(key string, uid types.UID) {
 // condition) and removes the finalizer.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *corev1.Service) error {
 	spec := identitySpec(c.cfg.ClusterName, c.cfg.ClusterUID, svc)
-	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletingLoadBalancer", "Deleting load balancer")
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonDeletingLoadBalancer, "Deleting load balancer")
 	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
-		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "Error deleting load balancer: %v", err)
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonDeleteLoadBalancerFailed, "Error deleting load balancer: %v", err)
 		return err
 	}
 	if err := c.release(ctx, svc); err != nil {
 		return err
 	}
 	c.forget(key, svc.UID)
-	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "Deleted load balancer")
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonDeletedLoadBalancer, "Deleted load balancer")
 	return nil
 }
 
@@ -119,11 +119,11 @@ func identitySpec(cluster string, clusterUID types.UID, svc *corev1.Service) *cl
 func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service) error {
 	spec, err := cloud.SpecFromService(c.cfg.ClusterName, svc)
 	if err != nil {
-		return c.failTerminal(ctx, svc, "InvalidService", err.Error())
+		return c.failTerminal(ctx, svc, ReasonInvalidService, err.Error())
 	}
 	spec.ClusterUID = c.cfg.ClusterUID
 	if why := Unsupported(spec, c.features); why != "" {
-		return c.failTerminal(ctx, svc, "UnsupportedService", why)
+		return c.failTerminal(ctx, svc, ReasonUnsupportedService, why)
 	}
 	hosts, hostsHash := c.currentHosts()
 	specHash := SpecHash(spec)
@@ -141,42 +141,42 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 		}
 	}
 	if len(hosts) == 0 {
-		c.cfg.Recorder.Event(svc, corev1.EventTypeWarning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer")
+		c.cfg.Recorder.Event(svc, corev1.EventTypeWarning, ReasonUnAvailableLoadBalancer, "There are no available nodes for LoadBalancer")
 	}
 	if had && prev.spec.UID == spec.UID && prev.specHash == specHash {
 		if err := c.updateHosts(ctx, spec, hosts); err != nil {
 			if errors.Is(err, cloud.ErrImplementedElsewhere) {
 				return nil
 			}
-			c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "UpdateLoadBalancerFailed", "Error updating load balancer with new hosts %d: %v", len(hosts), err)
+			c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonUpdateLoadBalancerFailed, "Error updating load balancer with new hosts %d: %v", len(hosts), err)
 			return err
 		}
-		c.cfg.Recorder.Eventf(svc, corev1.EventTypeNormal, "UpdatedLoadBalancer", "Updated load balancer with new hosts (%d)", len(hosts))
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeNormal, ReasonUpdatedLoadBalancer, "Updated load balancer with new hosts (%d)", len(hosts))
 		c.remember(key, spec, specHash, hostsHash)
 		return nil
 	}
-	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "EnsuringLoadBalancer", "Ensuring load balancer")
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonEnsuringLoadBalancer, "Ensuring load balancer")
 	status, err := c.cfg.LoadBalancers.EnsureLoadBalancer(ctx, spec, hosts)
 	if err != nil {
 		if errors.Is(err, cloud.ErrImplementedElsewhere) {
 			return nil
 		}
-		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "Error syncing load balancer: %v", err)
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonSyncLoadBalancerFailed, "Error syncing load balancer: %v", err)
 		if _, retry := cloud.IsRetryAfter(err); !retry {
 			_ = c.patchStatus(ctx, svc, nil, &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionFalse,
-				Reason: "CloudError", Message: truncate(err.Error())})
+				Reason: ReasonCloudError, Message: truncate(err.Error())})
 		}
 		return err
 	}
 	if why := UsableStatus(status); why != "" {
-		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "Error syncing load balancer: %s; retrying", why)
+		c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonSyncLoadBalancerFailed, "Error syncing load balancer: %s; retrying", why)
 		return errors.New(why) // retried with backoff, not recorded ready
 	}
-	cond := &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "The load balancer serves the Service"}
+	cond := &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionTrue, Reason: ReasonProvisioned, Message: "The load balancer serves the Service"}
 	if err := c.patchStatus(ctx, svc, status, cond); err != nil {
 		return err
 	}
-	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "Ensured load balancer")
+	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonEnsuredLoadBalancer, "Ensured load balancer")
 	c.remember(key, spec, specHash, hostsHash)
 	return nil
 }
@@ -191,7 +191,7 @@ func (c *Controller) remember(key string, spec *cloud.LoadBalancerSpec, specHash
 // is changed: an event and the condition, and no retry (a change to the
 // Service queues it again).
 func (c *Controller) failTerminal(ctx context.Context, svc *corev1.Service, reason, msg string) error {
-	c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%s: %s", reason, msg)
+	c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonSyncLoadBalancerFailed, "%s: %s", reason, msg)
 	return c.patchStatus(ctx, svc, nil, &metav1.Condition{Type: ConditionLoadBalancerReady, Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg)})
 }
 

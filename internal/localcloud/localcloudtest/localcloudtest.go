@@ -24,6 +24,8 @@ type Cloud struct {
 	Client   *client.Client
 	Endpoint string
 	Token    string
+	// ViewerToken logs in to the web console read-only.
+	ViewerToken string
 	// RegistryHost is the served OCI registry's host:port (plain HTTP on
 	// loopback); credentials from Client.Credential for it pull (and, with
 	// Push, push).
@@ -56,12 +58,13 @@ func StartWith(dir string, dp dataplane.Options) (c *Cloud, stop func(), err err
 	// for 1,000-Service benchmarks), nodes in the upper half (32k).
 	octet := 10 + rand.IntN(240)
 	c = &Cloud{
-		Token:    fmt.Sprintf("test-%d", rand.Int64()),
-		VIPPool:  netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/20", octet, rand.IntN(8)*16)),
-		NodePool: netip.MustParsePrefix(fmt.Sprintf("127.%d.128.0/17", octet)),
+		Token:       fmt.Sprintf("test-%d", rand.Int64()),
+		ViewerToken: fmt.Sprintf("viewer-%d", rand.Int64()),
+		VIPPool:     netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/20", octet, rand.IntN(8)*16)),
+		NodePool:    netip.MustParsePrefix(fmt.Sprintf("127.%d.128.0/17", octet)),
 	}
 	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{
-		Token: c.Token, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool, DataPlane: dp,
+		Token: c.Token, ViewerToken: c.ViewerToken, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool, DataPlane: dp,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -186,21 +186,9 @@ func (s *Server) putFaults(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
-	for i, rule := range f.Rules {
-		if rule.Method == "" {
-			respond(w, r, 0, nil, invalid("rules[%d].method is empty: use an HTTP method or *", i))
-			return
-		}
-		for name, rate := range map[string]float64{"errorRate": rule.ErrorRate, "throttleRate": rule.ThrottleRate} {
-			if rate < 0 || rate > 1 {
-				respond(w, r, 0, nil, invalid("rules[%d].%s is %v: want a number from 0 to 1", i, name, rate))
-				return
-			}
-		}
-		if rule.LatencyMillis < 0 || rule.LatencyMillis > 60_000 || rule.RetryAfterSeconds < 0 {
-			respond(w, r, 0, nil, invalid("rules[%d]: latencyMillis must be 0..60000 and retryAfterSeconds >= 0", i))
-			return
-		}
+	if err := validateFaults(f); err != nil {
+		respond(w, r, 0, nil, err)
+		return
 	}
 	s.faultsMu.Lock()
 	s.faults = f
@@ -208,6 +196,30 @@ func (s *Server) putFaults(w http.ResponseWriter, r *http.Request) {
 	klog.FromContext(r.Context()).Info("Fault rules set", "rules", len(f.Rules))
 	respond(w, r, http.StatusOK, f, nil)
 }
+
+// validateFaults checks fault rules, naming the first bad field.
+func validateFaults(f api.Faults) error {
+	if len(f.Rules) > maxFaultRules {
+		return invalid("%d fault rules: at most %d", len(f.Rules), maxFaultRules)
+	}
+	for i, rule := range f.Rules {
+		if rule.Method == "" {
+			return invalid("rules[%d].method is empty: use an HTTP method or *", i)
+		}
+		for name, rate := range map[string]float64{"errorRate": rule.ErrorRate, "throttleRate": rule.ThrottleRate} {
+			if rate < 0 || rate > 1 {
+				return invalid("rules[%d].%s is %v: want a number from 0 to 1", i, name, rate)
+			}
+		}
+		if rule.LatencyMillis < 0 || rule.LatencyMillis > 60_000 || rule.RetryAfterSeconds < 0 {
+			return invalid("rules[%d]: latencyMillis must be 0..60000 and retryAfterSeconds >= 0", i)
+		}
+	}
+	return nil
+}
+
+// maxFaultRules bounds the rules (each request scans them).
+const maxFaultRules = 100
 
 // countCalls counts authenticated API calls by method and resource, for
 // benchmarks that compare how many cloud calls controllers make.

@@ -21,6 +21,8 @@ import (
 const (
 	StateFile    = "state.db"
 	TokenFile    = "token"
+	// ViewerTokenFile logs in to the web console read-only.
+	ViewerTokenFile = "viewer-token"
 	EndpointFile = "endpoint"
 	// RegistryEndpointFile holds the served registry's host:port.
 	RegistryEndpointFile = "registry-endpoint"
@@ -39,6 +41,9 @@ type RunOptions struct {
 	// TokenFile overrides <DataDir>/token; it is created with a random token
 	// if it does not exist.
 	TokenFile string
+	// ViewerTokenFile overrides <DataDir>/viewer-token (created like the
+	// token file): the web console's read-only token.
+	ViewerTokenFile string
 	// Ready, if set, is called with the API endpoint once serving.
 	Ready func(endpoint string)
 }
@@ -60,6 +65,15 @@ func Run(ctx context.Context, opts RunOptions) error {
 		return err
 	}
 	opts.Token = token
+	if opts.ViewerTokenFile == "" {
+		opts.ViewerTokenFile = filepath.Join(opts.DataDir, ViewerTokenFile)
+	}
+	if opts.ViewerToken, err = EnsureToken(opts.ViewerTokenFile); err != nil {
+		return err
+	}
+	if opts.ViewerToken == opts.Token {
+		return fmt.Errorf("the viewer token (%s) equals the API token: it would give read-write access; use another", opts.ViewerTokenFile)
+	}
 	srv, err := New(ctx, filepath.Join(opts.DataDir, StateFile), opts.Options)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/portside-io/portside/internal/localcloud/console"
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
@@ -41,6 +42,11 @@ type Options struct {
 	CredentialTTL time.Duration
 	// DataPlane tunes the load balancers.
 	DataPlane dataplane.Options
+	// ViewerToken logs in to the web console read-only ("" for none).
+	ViewerToken string
+	// ConsoleKubeconfig, when set, makes the console show the cluster side
+	// (it waits for the file to exist).
+	ConsoleKubeconfig string
 }
 
 // Defaults fills unset options.
@@ -86,6 +92,10 @@ type Server struct {
 
 	callsMu sync.Mutex
 	calls   map[string]int64 // "METHOD /v1/<resource>" → count
+	callLog callLog
+
+	console     *console.Console
+	stopConsole context.CancelFunc
 }
 
 // New opens the state in statePath, restores every load balancer into the
@@ -113,11 +123,20 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	// The session key comes from the stored secret: consoles stay logged
+	// in across restarts.
+	consoleCtx, stop := context.WithCancel(ctx)
+	s.stopConsole = stop
+	s.console = console.New(consoleCtx, console.Options{Cloud: s, WriteToken: opts.Token, ViewerToken: opts.ViewerToken,
+		SessionKey: s.secret, Kubeconfig: opts.ConsoleKubeconfig})
 	return s, nil
 }
 
 // Close stops the data plane and closes the served registry and the state.
 func (s *Server) Close() {
+	if s.stopConsole != nil {
+		s.stopConsole()
+	}
 	s.plane.Close()
 	if s.registry != nil {
 		_ = s.registry.Close()
@@ -165,6 +184,8 @@ func (s *Server) loadSecret() error {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.Handle("/console/", s.recoverPanics(s.console.Handler()))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusSeeOther) })
 
 	v1 := http.NewServeMux()
 	v1.HandleFunc("GET /v1/regions", s.listRegions)
@@ -197,9 +218,10 @@ func (s *Server) Handler() http.Handler {
 	v1.HandleFunc("DELETE /v1/token-issuers", s.deleteTokenIssuer)
 	v1.HandleFunc("GET /v1/faults", s.getFaults)
 	v1.HandleFunc("PUT /v1/faults", s.putFaults)
+	v1.HandleFunc("POST /v1/console/tickets", s.createConsoleTicket)
 	v1.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
 	})
-	mux.Handle("/v1/", s.recoverPanics(s.authenticate(s.countCalls(s.injectFaults(v1)))))
+	mux.Handle("/v1/", s.logCalls(s.recoverPanics(s.authenticate(s.countCalls(s.injectFaults(v1))))))
 	return mux
 }

@@ -83,3 +83,7 @@ func (a *Agent) mux(profiling bool) *http.ServeMux {
 	}
 	return mux
 }
+
+// RegisterMetrics registers the proxy agent's metrics on reg, as New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

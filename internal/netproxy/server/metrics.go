@@ -104,3 +104,7 @@ func (m *metrics) packet(seg int, t client.PacketType) {
 func (m *metrics) dialFailed(reason string) { m.dialFailures.WithLabelValues(reason).Inc() }
 
 func (m *metrics) dialOK(start time.Time) { m.dialDuration.Observe(time.Since(start).Seconds()) }
+
+// RegisterMetrics registers the proxy server's metrics on reg, as New
+// does (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }

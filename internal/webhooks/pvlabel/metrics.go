@@ -49,3 +49,10 @@ func newDecisions(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	}
 	return c, nil
 }
+
+// RegisterMetrics registers the webhook's metrics on reg, as its New does
+// (for docs/reference/metrics.md).
+func RegisterMetrics(reg prometheus.Registerer) error {
+	_, err := newDecisions(reg)
+	return err
+}

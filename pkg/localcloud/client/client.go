@@ -13,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,20 +24,41 @@ import (
 
 // Client talks to one local cloud.
 type Client struct {
-	endpoint string
-	token    string
-	http     *http.Client
+	endpoint  string
+	token     string
+	userAgent string
+	http      *http.Client
 }
+
+// defaultUserAgent names the program and its subcommand ("portside ccm"),
+// so the cloud's console shows who calls.
+var defaultUserAgent = func() string {
+	if len(os.Args) == 0 {
+		return "portside-localcloud-client"
+	}
+	ua := filepath.Base(os.Args[0])
+	if len(os.Args) > 1 && os.Args[1] != "" && !strings.HasPrefix(os.Args[1], "-") {
+		ua += " " + os.Args[1]
+	}
+	return ua
+}()
 
 // New returns a client for the cloud at endpoint (e.g. http://127.0.0.1:8443).
 func New(endpoint, token string) *Client {
 	return &Client{
-		endpoint: strings.TrimRight(endpoint, "/"),
-		token:    token,
+		endpoint:  strings.TrimRight(endpoint, "/"),
+		token:     token,
+		userAgent: defaultUserAgent,
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		}},
 	}
+}
+
+// WithUserAgent sets the User-Agent the client sends and returns c.
+func (c *Client) WithUserAgent(ua string) *Client {
+	c.userAgent = ua
+	return c
 }
 
 // Endpoint returns the cloud's address.
@@ -88,6 +111,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("User-Agent", c.userAgent)
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -303,6 +327,16 @@ func (c *Client) DeleteTokenIssuer(ctx context.Context, issuer string) error {
 func (c *Client) Faults(ctx context.Context) (*api.Faults, error) {
 	var out api.Faults
 	return &out, c.do(ctx, http.MethodGet, "/v1/faults", nil, &out)
+}
+
+// ConsoleTicket asks for a one-time login link to the web console; the
+// returned URL is absolute.
+func (c *Client) ConsoleTicket(ctx context.Context, readOnly bool) (url string, t *api.ConsoleTicket, err error) {
+	var out api.ConsoleTicket
+	if err := c.do(ctx, http.MethodPost, "/v1/console/tickets", api.ConsoleTicketRequest{ReadOnly: readOnly}, &out); err != nil {
+		return "", nil, err
+	}
+	return c.endpoint + out.Path, &out, nil
 }
 
 // SetFaults replaces the fault rules (an empty set clears them).
