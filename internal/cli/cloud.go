@@ -134,7 +134,12 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	fl.StringVar(&node6, "node-pool-v6", "fd00:1::/64", "IPv6 range for instance addresses")
 	fl.StringVar(&regions, "regions", "region-1=zone-a,zone-b,zone-c", "regions and zones: region=zone,zone;region=zone")
 	fl.DurationVar(&opts.DataPlane.HealthInterval, "health-interval", time.Second, "interval of backend health checks")
-	fl.DurationVar(&opts.DataPlane.DrainTimeout, "drain-timeout", 30*time.Second, "how long connections to a removed backend may continue")
+	fl.DurationVar(&opts.DataPlane.DrainTimeout, "drain-timeout", 30*time.Second, "how long connections to a removed backend (or one whose port or health check changed) may continue")
+	fl.DurationVar(&opts.DataPlane.UDPIdleTimeout, "udp-idle-timeout", 60*time.Second, "a UDP flow ends after this much silence")
+	fl.IntVar(&opts.DataPlane.MaxConnsPerLoadBalancer, "max-conns-per-lb", 10000, "open TCP connections one load balancer may proxy; more are reset at accept (-1: no cap)")
+	fl.IntVar(&opts.DataPlane.MaxConns, "max-conns", 50000, "open TCP connections all load balancers together may proxy (-1: no cap)")
+	fl.IntVar(&opts.DataPlane.MaxUDPFlowsPerLoadBalancer, "max-udp-flows-per-lb", 10000, "UDP flows (client address:port) one load balancer may track; datagrams of new flows over it are dropped (-1: no cap)")
+	fl.IntVar(&opts.DataPlane.MaxUDPFlows, "max-udp-flows", 50000, "UDP flows all load balancers together may track (-1: no cap)")
 	return cmd
 }
 

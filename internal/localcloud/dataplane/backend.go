@@ -25,8 +25,9 @@ type backend struct {
 	draining    atomic.Bool
 	activeConns atomic.Int64
 
+	conns connSet
+
 	mu          sync.Mutex
-	conns       map[net.Conn]struct{}
 	lastError   string
 	lastChecked time.Time
 	stop        chan struct{}
@@ -34,7 +35,7 @@ type backend struct {
 }
 
 func newBackend(name string, addr netip.Addr, check checkSpec) *backend {
-	be := &backend{name: name, addr: addr, check: check, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	be := &backend{name: name, addr: addr, check: check, stop: make(chan struct{})}
 	// New backends take traffic until a check says otherwise, as a cloud LB
 	// does for hosts it was just given; the first check runs at once.
 	be.healthy.Store(true)
@@ -50,40 +51,31 @@ func (be *backend) status() api.BackendHealth {
 	}
 }
 
-// track registers a proxied connection; it returns false if the backend is
-// already gone.
-func (be *backend) track(c net.Conn) {
-	be.mu.Lock()
-	be.conns[c] = struct{}{}
-	be.mu.Unlock()
+// track registers a proxied connection; it returns false if the backend's
+// connections were already closed (its load balancer is gone).
+func (be *backend) track(client, server net.Conn) bool {
+	if !be.conns.add(client, server) {
+		return false
+	}
 	be.activeConns.Add(1)
+	return true
 }
 
 func (be *backend) untrack(c net.Conn) {
-	be.mu.Lock()
-	_, ok := be.conns[c]
-	delete(be.conns, c)
-	be.mu.Unlock()
-	if ok {
+	if be.conns.remove(c) {
 		be.activeConns.Add(-1)
 	}
 }
 
 func (be *backend) closeConns() {
-	be.mu.Lock()
-	conns := be.conns
-	be.conns = map[net.Conn]struct{}{}
-	be.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-		be.activeConns.Add(-1)
-	}
+	be.activeConns.Add(-int64(be.conns.closeAll()))
 }
 
 func (be *backend) stopChecks() { be.stopOnce.Do(func() { close(be.stop) }) }
 
-// drain takes a removed backend out of rotation; its open connections may
-// finish for DrainTimeout, then are closed. Called with b.mu held.
+// drain takes a removed (or replaced, after a health-check change) backend
+// out of rotation; its open connections may finish for DrainTimeout, then
+// are closed. Called with b.mu held.
 func (b *balancer) drain(be *backend) {
 	be.stopChecks()
 	be.draining.Store(true)
@@ -186,6 +178,9 @@ func (b *balancer) setHealth(be *backend, healthy bool, err error) {
 }
 
 func (b *balancer) probe(client *http.Client, be *backend) error {
+	if b.opts.poweredOff.has(be.addr) {
+		return errPoweredOff
+	}
 	target := net.JoinHostPort(be.addr.String(), strconv.Itoa(be.check.port))
 	if be.check.kind == "tcp" {
 		c, err := net.DialTimeout("tcp", target, b.opts.HealthTimeout)

@@ -33,17 +33,28 @@ type balancer struct {
 	rr       atomic.Uint64
 	affinity atomic.Bool
 	closed   bool
+
+	// conns and flows count this load balancer's TCP connections and UDP
+	// flows; globalConns and globalFlows are the Plane's.
+	conns, flows             limiter
+	globalConns, globalFlows *limiter
 }
 
 // proxyListener is a running TCP or UDP listener.
 type proxyListener interface {
 	close()
+	// closeConns closes its open connections or flows at once.
+	closeConns()
+	// setBackendPort drains the connections to the previous port.
 	setBackendPort(port int)
+	status() api.ListenerHealth
 }
 
-func newBalancer(ctx context.Context, name string, opts Options) *balancer {
+func newBalancer(ctx context.Context, name string, opts Options, globalConns, globalFlows *limiter) *balancer {
 	b := &balancer{name: name, opts: opts, ctx: ctx, listeners: map[string]proxyListener{},
-		backends: map[string]*backend{}, draining: map[*backend]*backend{}}
+		backends: map[string]*backend{}, draining: map[*backend]*backend{},
+		globalConns: globalConns, globalFlows: globalFlows}
+	b.conns.max, b.flows.max = int64(opts.MaxConnsPerLoadBalancer), int64(opts.MaxUDPFlowsPerLoadBalancer)
 	b.ready.Store(&[]*backend{})
 	b.ranges.Store(&[]netip.Prefix{})
 	return b
@@ -57,8 +68,9 @@ func (b *balancer) apply(cfg Config) error {
 	b.ranges.Store(&ranges)
 	b.affinity.Store(cfg.ClientIPAffinity)
 
-	// Backends: add new ones, drain removed ones, restart checks if the
-	// health check changed.
+	// Backends: add new ones, drain removed ones; a changed health check
+	// drains the old backend too (its connections were admitted under the
+	// old check) and starts a new one.
 	want := map[string]api.Backend{}
 	for _, be := range cfg.Backends {
 		want[be.Address] = be
@@ -80,7 +92,7 @@ func (b *balancer) apply(cfg Config) error {
 			continue
 		}
 		if ok {
-			be.stopChecks()
+			b.drain(be)
 		}
 		be = newBackend(spec.Name, ip, healthCheckKey(cfg))
 		b.backends[addr] = be
@@ -185,6 +197,7 @@ func (b *balancer) close() {
 	b.closed = true
 	for key, pl := range b.listeners {
 		pl.close()
+		pl.closeConns()
 		delete(b.listeners, key)
 	}
 	for addr, be := range b.backends {

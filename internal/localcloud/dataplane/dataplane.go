@@ -7,6 +7,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 	"sync"
@@ -33,9 +34,23 @@ type Options struct {
 	UDPIdleTimeout time.Duration
 	// DialTimeout to a backend (default 2s).
 	DialTimeout time.Duration
+	// MaxConnsPerLoadBalancer and MaxConns cap open TCP connections per
+	// load balancer (default 10000) and in all (default 50000); a
+	// connection over a cap is closed at once. < 0: no cap.
+	MaxConnsPerLoadBalancer, MaxConns int
+	// MaxUDPFlowsPerLoadBalancer and MaxUDPFlows cap UDP flows the same way
+	// (defaults 10000, 50000); datagrams that would open a flow over a cap
+	// are dropped. < 0: no cap.
+	MaxUDPFlowsPerLoadBalancer, MaxUDPFlows int
 	// NoHealthChecks treats every backend as healthy and runs no checks:
 	// for control-plane benchmarks with hundreds of thousands of backends.
 	NoHealthChecks bool
+
+	// poweredOff is the Plane's set of stopped instances' addresses.
+	poweredOff *addrSet
+
+	// listenTCP replaces net.ListenTCP in tests (to inject accept errors).
+	listenTCP func(*net.TCPAddr) (tcpAcceptor, error)
 }
 
 func (o *Options) defaults() {
@@ -49,6 +64,18 @@ func (o *Options) defaults() {
 	def(&o.DrainTimeout, 30*time.Second)
 	def(&o.UDPIdleTimeout, 60*time.Second)
 	def(&o.DialTimeout, 2*time.Second)
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	defInt(&o.MaxConnsPerLoadBalancer, 10000)
+	defInt(&o.MaxConns, 50000)
+	defInt(&o.MaxUDPFlowsPerLoadBalancer, 10000)
+	defInt(&o.MaxUDPFlows, 50000)
+	if o.listenTCP == nil {
+		o.listenTCP = func(a *net.TCPAddr) (tcpAcceptor, error) { return net.ListenTCP("tcp", a) }
+	}
 	if o.Fall == 0 {
 		o.Fall = 2
 	}
@@ -73,6 +100,10 @@ type Plane struct {
 	opts Options
 	ctx  context.Context
 
+	// conns and flows count TCP connections and UDP flows of all load
+	// balancers, against MaxConns and MaxUDPFlows.
+	conns, flows limiter
+
 	mu  sync.Mutex
 	lbs map[string]*balancer
 }
@@ -80,7 +111,10 @@ type Plane struct {
 // New returns an empty data plane; ctx carries the logger.
 func New(ctx context.Context, opts Options) *Plane {
 	opts.defaults()
-	return &Plane{opts: opts, ctx: ctx, lbs: map[string]*balancer{}}
+	opts.poweredOff = &addrSet{addrs: map[netip.Addr]bool{}}
+	p := &Plane{opts: opts, ctx: ctx, lbs: map[string]*balancer{}}
+	p.conns.max, p.flows.max = int64(opts.MaxConns), int64(opts.MaxUDPFlows)
+	return p
 }
 
 // Apply creates or updates a load balancer. Listeners that cannot bind are
@@ -91,14 +125,14 @@ func (p *Plane) Apply(cfg Config) error {
 	lb, ok := p.lbs[cfg.Name]
 	if !ok {
 		logger := klog.FromContext(p.ctx).WithValues("loadBalancer", cfg.Name)
-		lb = newBalancer(klog.NewContext(p.ctx, logger), cfg.Name, p.opts)
+		lb = newBalancer(klog.NewContext(p.ctx, logger), cfg.Name, p.opts, &p.conns, &p.flows)
 		p.lbs[cfg.Name] = lb
 	}
 	return lb.apply(cfg)
 }
 
 // Remove stops a load balancer: its listeners close at once and its open
-// connections are closed.
+// connections and UDP flows are closed.
 func (p *Plane) Remove(name string) {
 	p.mu.Lock()
 	lb := p.lbs[name]
@@ -135,6 +169,14 @@ func (b *balancer) health() api.LoadBalancerHealth {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := api.LoadBalancerHealth{Name: b.name, Serving: len(b.listeners) > 0}
+	for _, pl := range b.listeners {
+		ls := pl.status()
+		h.Serving = h.Serving && ls.Serving
+		h.Listeners = append(h.Listeners, ls)
+	}
+	sort.Slice(h.Listeners, func(i, j int) bool {
+		return h.Listeners[i].Protocol+h.Listeners[i].Address < h.Listeners[j].Protocol+h.Listeners[j].Address
+	})
 	for _, be := range b.backends {
 		h.Backends = append(h.Backends, be.status())
 	}

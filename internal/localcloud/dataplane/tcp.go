@@ -1,35 +1,69 @@
 package dataplane
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
 )
+
+// tcpAcceptor is the part of *net.TCPListener the proxy uses.
+type tcpAcceptor interface {
+	AcceptTCP() (*net.TCPConn, error)
+	Close() error
+	Addr() net.Addr
+}
 
 // tcpListener accepts on VIP:port and splices each connection to a backend.
 type tcpListener struct {
-	b           *balancer
-	ln          *net.TCPListener
-	backendPort atomic.Int64
-	done        chan struct{}
-	closeOnce   sync.Once
+	b         *balancer
+	ln        tcpAcceptor
+	route     atomic.Pointer[route]
+	active    atomic.Int64
+	state     serveState
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// route is a backend port and the connections proxied to it, so that a
+// port change can drain them.
+type route struct {
+	port  int
+	conns connSet
 }
 
 func listenTCP(b *balancer, addr netip.AddrPort, backendPort int) (*tcpListener, error) {
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
+	ln, err := b.opts.listenTCP(net.TCPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, err
 	}
 	l := &tcpListener{b: b, ln: ln, done: make(chan struct{})}
-	l.backendPort.Store(int64(backendPort))
+	l.state.proto, l.state.addr = api.ProtocolTCP, addr.String()
+	l.route.Store(&route{port: backendPort})
 	go l.serve()
 	return l, nil
 }
 
-func (l *tcpListener) setBackendPort(p int) { l.backendPort.Store(int64(p)) }
+// setBackendPort drains the connections to the old port as a removed
+// backend's: they may go on for DrainTimeout. Called with b.mu held.
+func (l *tcpListener) setBackendPort(p int) {
+	old := l.route.Load()
+	if old.port == p {
+		return
+	}
+	l.route.Store(&route{port: p})
+	time.AfterFunc(l.b.opts.DrainTimeout, func() { old.conns.closeAll() })
+}
+
+func (l *tcpListener) status() api.ListenerHealth { return l.state.status(l.active.Load()) }
+
+// closeConns closes the connections through the current port (those to
+// older ports are draining or tracked by their backends).
+func (l *tcpListener) closeConns() { l.route.Load().conns.closeAll() }
 
 func (l *tcpListener) close() {
 	l.closeOnce.Do(func() {
@@ -38,27 +72,39 @@ func (l *tcpListener) close() {
 	})
 }
 
+// serve accepts until the listener is closed; other errors (EMFILE,
+// ECONNABORTED, ...) only make it back off, as net/http's Server does.
 func (l *tcpListener) serve() {
+	var wait time.Duration
 	for {
 		c, err := l.ln.AcceptTCP()
 		if err != nil {
-			select {
-			case <-l.done:
+			if acceptLoopEnds(err) {
 				return
-			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			wait = acceptBackoff(wait)
+			l.state.failed(l.b.logger(), err, wait)
+			if !sleepOrDone(wait, l.done) {
+				return
 			}
-			l.b.logger().Error(err, "Accept failed", "listener", l.ln.Addr())
-			return
+			continue
+		}
+		wait = 0
+		l.state.ok(l.b.logger())
+		if !acquireBoth(&l.b.conns, l.b.globalConns) {
+			l.state.rejected.Add(1)
+			_ = c.SetLinger(0)
+			_ = c.Close()
+			continue
 		}
 		go l.handle(c)
 	}
 }
 
 func (l *tcpListener) handle(client *net.TCPConn) {
+	l.active.Add(1)
+	defer l.active.Add(-1)
+	defer releaseBoth(&l.b.conns, l.b.globalConns)
 	clientIP := client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	if !l.b.allowed(clientIP) {
 		// Refuse outright (RST), as a cloud firewall would.
@@ -66,14 +112,14 @@ func (l *tcpListener) handle(client *net.TCPConn) {
 		_ = client.Close()
 		return
 	}
-	port := int(l.backendPort.Load())
+	r := l.route.Load()
 	var tried map[*backend]bool
 	for attempt := 0; attempt < 3; attempt++ {
 		be := l.b.pick(clientIP, tried)
 		if be == nil {
 			break
 		}
-		c, err := net.DialTimeout("tcp", l.b.backendAddr(be, port), l.b.opts.DialTimeout)
+		c, err := net.DialTimeout("tcp", l.b.backendAddr(be, r.port), l.b.opts.DialTimeout)
 		if err != nil {
 			if tried == nil {
 				tried = map[*backend]bool{}
@@ -81,18 +127,34 @@ func (l *tcpListener) handle(client *net.TCPConn) {
 			tried[be] = true
 			continue
 		}
-		splice(be, client, c.(*net.TCPConn))
+		l.proxy(be, r, client, c.(*net.TCPConn))
 		return
 	}
 	_ = client.SetLinger(0)
 	_ = client.Close()
 }
 
+// proxy splices client and server while tracking them with the backend
+// and the route, which close them on drain or removal.
+func (l *tcpListener) proxy(be *backend, r *route, client, server *net.TCPConn) {
+	if !be.track(client, server) {
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	defer be.untrack(client)
+	if !r.conns.add(client, server) { // drained while dialing
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	defer r.conns.remove(client)
+	splice(client, server)
+}
+
 // splice copies both ways until both sides are done; on Linux io.Copy
 // between TCP connections uses splice(2), so bytes never enter user space.
-func splice(be *backend, client, server *net.TCPConn) {
-	be.track(client)
-	defer be.untrack(client)
+func splice(client, server *net.TCPConn) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
 // udpListener forwards datagrams on VIP:port to a backend per client flow
@@ -15,6 +17,7 @@ type udpListener struct {
 	b           *balancer
 	conn        *net.UDPConn
 	backendPort atomic.Int64
+	state       serveState
 	done        chan struct{}
 	closeOnce   sync.Once
 
@@ -24,6 +27,7 @@ type udpListener struct {
 
 type udpFlow struct {
 	be       *backend
+	port     int // a backend port change moves the flow on
 	upstream *net.UDPConn
 	lastSeen atomic.Int64 // unix nanos
 }
@@ -34,38 +38,66 @@ func listenUDP(b *balancer, addr netip.AddrPort, backendPort int) (*udpListener,
 		return nil, err
 	}
 	l := &udpListener{b: b, conn: conn, done: make(chan struct{}), flows: map[netip.AddrPort]*udpFlow{}}
+	l.state.proto, l.state.addr = api.ProtocolUDP, addr.String()
 	l.backendPort.Store(int64(backendPort))
 	go l.serve()
 	go l.reapIdle()
 	return l, nil
 }
 
+// setBackendPort: flows to the old port move to the new one on their next
+// datagram, as flows to a draining backend move to another backend.
 func (l *udpListener) setBackendPort(p int) { l.backendPort.Store(int64(p)) }
+
+func (l *udpListener) status() api.ListenerHealth {
+	l.mu.Lock()
+	n := len(l.flows)
+	l.mu.Unlock()
+	return l.state.status(int64(n))
+}
 
 func (l *udpListener) close() {
 	l.closeOnce.Do(func() {
 		close(l.done)
 		_ = l.conn.Close()
-		l.mu.Lock()
-		for k, f := range l.flows {
-			_ = f.upstream.Close()
-			delete(l.flows, k)
-		}
-		l.mu.Unlock()
+		l.closeConns()
 	})
+}
+
+func (l *udpListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, f := range l.flows {
+		l.endFlow(k, f)
+	}
+}
+
+// endFlow is called with l.mu held.
+func (l *udpListener) endFlow(client netip.AddrPort, f *udpFlow) {
+	_ = f.upstream.Close()
+	delete(l.flows, client)
+	releaseBoth(&l.b.flows, l.b.globalFlows)
 }
 
 func (l *udpListener) serve() {
 	buf := make([]byte, 64*1024)
+	var wait time.Duration
 	for {
 		n, client, err := l.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			select {
-			case <-l.done:
+			if acceptLoopEnds(err) {
 				return
-			default:
-				continue
 			}
+			wait = acceptBackoff(wait)
+			l.state.failed(l.b.logger(), err, wait)
+			if !sleepOrDone(wait, l.done) {
+				return
+			}
+			continue
+		}
+		if wait != 0 {
+			wait = 0
+			l.state.ok(l.b.logger())
 		}
 		if !l.b.allowed(client.Addr()) {
 			continue
@@ -81,24 +113,36 @@ func (l *udpListener) serve() {
 
 // flow returns the client's flow, opening one to a picked backend if needed.
 func (l *udpListener) flow(client netip.AddrPort) *udpFlow {
+	port := int(l.backendPort.Load())
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if f, ok := l.flows[client]; ok && !f.be.draining.Load() {
+	if f, ok := l.flows[client]; ok && !f.be.draining.Load() && f.port == port {
 		return f
 	} else if ok {
-		_ = f.upstream.Close()
-		delete(l.flows, client)
+		l.endFlow(client, f)
+	}
+	select {
+	case <-l.done: // closing: a flow opened now would outlive close
+		return nil
+	default:
+	}
+	if !acquireBoth(&l.b.flows, l.b.globalFlows) {
+		l.state.rejected.Add(1)
+		return nil
 	}
 	be := l.b.pick(client.Addr(), nil)
 	if be == nil {
+		releaseBoth(&l.b.flows, l.b.globalFlows)
 		return nil
 	}
-	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(be.addr, uint16(l.backendPort.Load())))
+	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(be.addr, uint16(port)))
 	up, err := net.DialUDP("udp", nil, raddr)
 	if err != nil {
+		releaseBoth(&l.b.flows, l.b.globalFlows)
 		return nil
 	}
-	f := &udpFlow{be: be, upstream: up}
+	f := &udpFlow{be: be, port: port, upstream: up}
+	f.lastSeen.Store(time.Now().UnixNano())
 	l.flows[client] = f
 	go l.replies(client, f)
 	return f
@@ -133,8 +177,7 @@ func (l *udpListener) reapIdle() {
 		l.mu.Lock()
 		for k, f := range l.flows {
 			if f.lastSeen.Load() < cutoff {
-				_ = f.upstream.Close()
-				delete(l.flows, k)
+				l.endFlow(k, f)
 			}
 		}
 		l.mu.Unlock()

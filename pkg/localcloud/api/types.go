@@ -13,7 +13,9 @@ const Version = "v1"
 // Error is the body of every non-2xx response.
 type Error struct {
 	// Code is a stable, machine-readable reason: Unauthorized, NotFound,
-	// AlreadyExists, Invalid, TooLarge, Throttled, InjectedFault, Internal.
+	// AlreadyExists, Invalid, TooLarge, Throttled, InjectedFault, Internal,
+	// LimitExceeded (422: the cloud holds as many objects of a kind as its
+	// limit allows).
 	Code string `json:"code"`
 	// Message says what is wrong and what to do.
 	Message string `json:"message"`
@@ -166,11 +168,31 @@ type BackendHealth struct {
 	ActiveConns int64     `json:"activeConns"`
 }
 
+// ListenerHealth is the data plane's view of one listener (VIP × port).
+type ListenerHealth struct {
+	Protocol string `json:"protocol"`
+	// Address is VIP:port.
+	Address string `json:"address"`
+	// Serving is false while the listener backs off after accept (or UDP
+	// read) errors such as EMFILE; the next success makes it true again.
+	Serving      bool   `json:"serving"`
+	AcceptErrors int64  `json:"acceptErrors,omitempty"`
+	LastError    string `json:"lastError,omitempty"`
+	// Active is the number of open TCP connections or UDP flows.
+	Active int64 `json:"active"`
+	// Rejected counts TCP connections closed and UDP datagrams dropped
+	// because a connection or flow cap was reached.
+	Rejected int64 `json:"rejected,omitempty"`
+}
+
 // LoadBalancerHealth is the health of a load balancer's backends.
 type LoadBalancerHealth struct {
-	Name     string          `json:"name"`
-	Serving  bool            `json:"serving"`
-	Backends []BackendHealth `json:"backends"`
+	Name string `json:"name"`
+	// Serving is true when the load balancer has listeners and all of them
+	// serve.
+	Serving   bool             `json:"serving"`
+	Backends  []BackendHealth  `json:"backends"`
+	Listeners []ListenerHealth `json:"listeners,omitempty"`
 }
 
 // SetBackendsRequest replaces only the backends of a load balancer.

@@ -92,7 +92,14 @@ function renderCloud(c) {
       el("td", { class: "mono" }, lb.name, el("div", { class: "muted" }, "cluster " + lb.cluster)),
       el("td", {}, badge(lb.state === "active" && lb.health.serving, "serving", "", lb.state === "active" ? "not serving" : lb.state), lb.message ? el("div", { class: "bad" }, lb.message) : null),
       el("td", { class: "mono" }, (lb.vips || []).join(", ")),
-      el("td", { class: "mono" }, lb.listeners.map(l => el("div", {}, l.protocol + " " + l.port + " → " + l.backendPort))),
+      el("td", { class: "mono" }, lb.listeners.map(l => {
+        const hs = (lb.health.listeners || []).filter(h => h.protocol === l.protocol && h.address.endsWith(":" + l.port));
+        const down = hs.find(h => !h.serving);
+        const rejected = hs.reduce((n, h) => n + (h.rejected || 0), 0);
+        return el("div", {}, l.protocol + " " + l.port + " → " + l.backendPort,
+          down ? el("div", { class: "bad" }, "not serving: " + (down.lastError || "accept errors")) : null,
+          rejected ? el("div", { class: "warn" }, rejected + " over the connection cap") : null);
+      })),
       el("td", { class: "mono" }, lb.healthCheck ? (lb.healthCheck.type + (lb.healthCheck.type === "http" ? " :" + lb.healthCheck.port + lb.healthCheck.path : "")) : "tcp"),
       el("td", {}, backendList(lb.health.backends)),
       el("td", { class: "mono" }, (lb.tags || {})["kubernetes.io/service-name"] || "—")))));
