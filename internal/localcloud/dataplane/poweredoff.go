@@ -42,3 +42,6 @@ func (p *Plane) SetPoweredOff(addrs []netip.Addr, off bool) {
 		}
 	}
 }
+
+// PoweredOff reports whether addr is marked as a stopped instance's.
+func (p *Plane) PoweredOff(addr netip.Addr) bool { return p.opts.poweredOff.has(addr) }

@@ -119,6 +119,10 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 		_ = s.store.Close()
 		return nil, fmt.Errorf("rebuild route index: %w", err)
 	}
+	if err := s.restorePower(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("restore stopped instances: %w", err)
+	}
 	if err := s.restore(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -193,9 +197,9 @@ func (s *Server) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/instances", s.listInstances)
 	v1.HandleFunc("POST /v1/instances", s.createInstance)
 	v1.HandleFunc("GET /v1/instances/{id}", s.getInstance)
-	v1.HandleFunc("DELETE /v1/instances/{id}", s.deleteInstance)
-	v1.HandleFunc("POST /v1/instances/{id}/stop", s.setInstanceState(api.InstanceStopped))
-	v1.HandleFunc("POST /v1/instances/{id}/start", s.setInstanceState(api.InstanceRunning))
+	v1.HandleFunc("DELETE /v1/instances/{id}", s.releasePower(s.deleteInstance))
+	v1.HandleFunc("POST /v1/instances/{id}/stop", s.syncPower(s.setInstanceState(api.InstanceStopped)))
+	v1.HandleFunc("POST /v1/instances/{id}/start", s.syncPower(s.setInstanceState(api.InstanceRunning)))
 	v1.HandleFunc("GET /v1/load-balancers", s.listLoadBalancers)
 	v1.HandleFunc("GET /v1/load-balancers/{name}", s.getLoadBalancer)
 	v1.HandleFunc("PUT /v1/load-balancers/{name}", s.putLoadBalancer)
