@@ -19,11 +19,11 @@ import (
 // Files a running cloud keeps in its data directory, so that clients on the
 // same machine (CLI verbs, `portside up`, tests) find it.
 const (
-	StateFile    = "state.db"
-	TokenFile    = "token"
+	StateFile = "state.db"
+	TokenFile = "token"
 	// ViewerTokenFile logs in to the web console read-only.
 	ViewerTokenFile = "viewer-token"
-	EndpointFile = "endpoint"
+	EndpointFile    = "endpoint"
 	// RegistryEndpointFile holds the served registry's host:port.
 	RegistryEndpointFile = "registry-endpoint"
 )
