@@ -47,8 +47,8 @@ func TestConsole(t *testing.T) {
 	if _, err := chromedp.Run(b, chromedp.Navigate(m[1])); err != nil {
 		t.Fatal(err)
 	}
-	const web = `document.querySelector('[data-service="default/web"]')`
-	waitFor(t, b, "default/web served with every backend healthy", web+`?.textContent.includes("serving:") && `+
+	const web = `document.querySelector('[data-service="demo/hello"]')`
+	waitFor(t, b, "demo/hello served with every backend healthy", web+`?.textContent.includes("serving:") && `+
 		web+`.querySelectorAll('[data-backend][data-healthy="true"]').length > 0 && `+
 		web+`.querySelectorAll('[data-backend][data-healthy="false"]').length === 0`, 60*time.Second)
 	waitFor(t, b, "3 nodes, initialized, with zones and pod CIDRs", `[...document.querySelectorAll('[data-node]')].filter(r => r.textContent.includes("initialized") && !r.textContent.includes("not initialized") && r.textContent.includes("zone-") && r.textContent.includes("/24")).length === 3`, 30*time.Second)
