@@ -101,6 +101,9 @@ func StartKubelet(opts KubeletOptions) (*KubeletServer, error) {
 		Handler:           k.record(mux),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// No write timeout: `kubectl logs -f` streams for as long as it likes.
+		IdleTimeout: 90 * time.Second,
 	}
 	go func() {
 		defer close(k.done)

@@ -20,6 +20,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/netproxy"
 )
 
 // Options configures an Agent.
@@ -182,7 +184,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if l == nil {
 			continue
 		}
-		hs := &http.Server{Handler: a.mux(l == a.adminLn && a.opts.EnableProfiling), ReadHeaderTimeout: 10 * time.Second}
+		hs := netproxy.NewHTTPServer(a.mux(l == a.adminLn && a.opts.EnableProfiling), nil)
 		servers = append(servers, hs)
 		go func() { _ = hs.Serve(l) }()
 	}

@@ -63,6 +63,9 @@ func (h httpConnect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	// The server's read and write deadlines were for the CONNECT request;
+	// the tunnel lives as long as its streams.
+	_ = nc.SetDeadline(time.Time{})
 	s.trackHTTP(nc, true)
 	defer s.trackHTTP(nc, false)
 	fe := &httpFrontend{conn: nc}

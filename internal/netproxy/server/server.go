@@ -195,14 +195,13 @@ func (s *Server) build() {
 		s.frontendGRPC = grpc.NewServer(feOpts...)
 		client.RegisterProxyServiceServer(s.frontendGRPC, proxyService{s: s})
 	case ModeHTTPConnect:
-		s.frontendHTTP = &http.Server{Handler: httpConnect{s: s}, ReadHeaderTimeout: 30 * time.Second,
-			ErrorLog: log.New(klogWriter{s}, "", 0)}
+		s.frontendHTTP = netproxy.NewHTTPServer(httpConnect{s: s}, log.New(klogWriter{s}, "", 0))
 	}
 	if s.healthLn != nil {
-		s.healthHTTP = &http.Server{Handler: s.healthMux(), ReadHeaderTimeout: 10 * time.Second}
+		s.healthHTTP = netproxy.NewHTTPServer(s.healthMux(), nil)
 	}
 	if s.adminLn != nil {
-		s.adminHTTP = &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+		s.adminHTTP = netproxy.NewHTTPServer(s.adminMux(), nil)
 	}
 }
 
