@@ -221,3 +221,17 @@ func ptrString(p *string) string {
 type LoadBalancerLister interface {
 	ListLoadBalancers(ctx context.Context, cluster string) ([]LoadBalancerRef, error)
 }
+
+// LoadBalancerHostChanger is an optional capability of LoadBalancers:
+// adding and removing backend hosts without sending the whole set, as a
+// cloud's target groups do. With it, a node joining or leaving costs the
+// cloud one small change per load balancer instead of rewriting every
+// load balancer's full host list. The service controller uses it for host
+// changes when the provider has it, and UpdateLoadBalancerHosts otherwise.
+type LoadBalancerHostChanger interface {
+	// ChangeLoadBalancerHosts removes the hosts in remove, then adds those
+	// in add. Adding a host the load balancer has, or removing one it does
+	// not have, is not an error (a retried change is harmless). It returns
+	// an error wrapping ErrNotFound when the load balancer does not exist.
+	ChangeLoadBalancerHosts(ctx context.Context, spec *LoadBalancerSpec, add, remove []Host) error
+}

@@ -62,6 +62,11 @@ type synced struct {
 	spec      *cloud.LoadBalancerSpec
 	specHash  string
 	hostsHash string
+	// hosts is the host set the cloud has (shared with other load
+	// balancers of the same generation: never modified), from which the
+	// next host change is computed for providers that change hosts
+	// incrementally.
+	hosts []cloud.Host
 }
 
 // Controller is the service load-balancer controller.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -245,4 +246,34 @@ func serviceKey(namespace, name string) string { return namespace + "/" + name }
 func splitKey(key string) (string, string) {
 	ns, name, _ := strings.Cut(key, "/")
 	return ns, name
+}
+
+// HostChanges is what turns the host set from into to: hosts of from not
+// in to (or in to with other addresses or labels) are removed, hosts of
+// to not in from (or changed) are added. Hosts are identified by name;
+// the result follows to's and from's order.
+func HostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
+	next := make(map[string]*cloud.Host, len(to))
+	for i := range to {
+		next[to[i].Name] = &to[i]
+	}
+	old := make(map[string]*cloud.Host, len(from))
+	for i := range from {
+		h := &from[i]
+		old[h.Name] = h
+		if n, ok := next[h.Name]; !ok || !sameHost(h, n) {
+			remove = append(remove, *h)
+		}
+	}
+	for i := range to {
+		h := &to[i]
+		if o, ok := old[h.Name]; !ok || !sameHost(o, h) {
+			add = append(add, *h)
+		}
+	}
+	return add, remove
+}
+
+func sameHost(a, b *cloud.Host) bool {
+	return a.ProviderID == b.ProviderID && slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Labels, b.Labels)
 }

@@ -75,6 +75,29 @@ func (c *Controller) updateHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 	return err
 }
 
+// changeHosts moves the cloud's host set from prev to hosts: with a
+// provider that changes hosts incrementally, only the difference (O(1)
+// per load balancer for one node), else the whole set. Counted like
+// updateHosts.
+func (c *Controller) changeHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, prev, hosts []cloud.Host) error {
+	changer, ok := c.cfg.LoadBalancers.(cloud.LoadBalancerHostChanger)
+	if !ok || prev == nil {
+		return c.updateHosts(ctx, spec, hosts)
+	}
+	add, remove := HostChanges(prev, hosts)
+	if len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	c.metrics.lbSyncs.Inc()
+	start := time.Now()
+	err := changer.ChangeLoadBalancerHosts(ctx, spec, add, remove)
+	c.metrics.updateHostLatency.Observe(time.Since(start).Seconds())
+	if err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
+		c.metrics.nodeSyncErrors.Inc()
+	}
+	return err
+}
+
 // beginNodeSync starts timing a node sync (nodesync_latency_seconds): the
 // host set changed and the Services that want a load balancer, svcs
 // filtered, are about to be queued. It ends when each was synced once.

@@ -144,15 +144,19 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 		c.cfg.Recorder.Event(svc, corev1.EventTypeWarning, ReasonUnAvailableLoadBalancer, "There are no available nodes for LoadBalancer")
 	}
 	if had && prev.spec.UID == spec.UID && prev.specHash == specHash {
-		if err := c.updateHosts(ctx, spec, hosts); err != nil {
+		if err := c.changeHosts(ctx, spec, prev.hosts, hosts); err != nil {
 			if errors.Is(err, cloud.ErrImplementedElsewhere) {
 				return nil
+			}
+			if cloud.IsNotFound(err) {
+				// Gone from the cloud: the retry ensures it in full.
+				c.forgetSynced(key)
 			}
 			c.cfg.Recorder.Eventf(svc, corev1.EventTypeWarning, ReasonUpdateLoadBalancerFailed, "Error updating load balancer with new hosts %d: %v", len(hosts), err)
 			return err
 		}
 		c.cfg.Recorder.Eventf(svc, corev1.EventTypeNormal, ReasonUpdatedLoadBalancer, "Updated load balancer with new hosts (%d)", len(hosts))
-		c.remember(key, spec, specHash, hostsHash)
+		c.remember(key, spec, specHash, hostsHash, hosts)
 		return nil
 	}
 	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonEnsuringLoadBalancer, "Ensuring load balancer")
@@ -177,13 +181,21 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *corev1.Service
 		return err
 	}
 	c.cfg.Recorder.Event(svc, corev1.EventTypeNormal, ReasonEnsuredLoadBalancer, "Ensured load balancer")
-	c.remember(key, spec, specHash, hostsHash)
+	c.remember(key, spec, specHash, hostsHash, hosts)
 	return nil
 }
 
-func (c *Controller) remember(key string, spec *cloud.LoadBalancerSpec, specHash, hostsHash string) {
+func (c *Controller) remember(key string, spec *cloud.LoadBalancerSpec, specHash, hostsHash string, hosts []cloud.Host) {
 	c.mu.Lock()
-	c.state[key] = synced{spec: spec, specHash: specHash, hostsHash: hostsHash}
+	c.state[key] = synced{spec: spec, specHash: specHash, hostsHash: hostsHash, hosts: hosts}
+	c.mu.Unlock()
+}
+
+// forgetSynced drops what the cloud is known to have for key: the next
+// sync ensures the load balancer in full.
+func (c *Controller) forgetSynced(key string) {
+	c.mu.Lock()
+	delete(c.state, key)
 	c.mu.Unlock()
 }
 
