@@ -10,13 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/portside-io/portside/internal/proc"
 )
 
 // Options configure `portside up`.
@@ -50,8 +51,6 @@ const MaxNodes = 1000
 // MaxCCMReplicas bounds --ccm-replicas.
 const MaxCCMReplicas = 5
 
-const pidFileName = "portside-up.pid"
-
 // Up starts the environment and blocks until ctx is done (or, with Once,
 // until it has shown a request through a LoadBalancer VIP). Whatever fails,
 // everything started so far is stopped before Up returns.
@@ -69,10 +68,11 @@ func Up(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if pid, alive := readPIDFile(l.pidFile()); alive {
-		return fmt.Errorf("portside up is already running with data directory %s (pid %d): run `portside down --data-dir %s` first", l.dir, pid, opts.DataDir)
+	// A garbage pid file is overwritten: only Down signals what it names.
+	if st, _ := checkUp(l.pidFile(), proc.Lookup); st.running {
+		return fmt.Errorf("portside up is already running with data directory %s (pid %d): run `portside down --data-dir %s` first", l.dir, st.rec.PID, opts.DataDir)
 	}
-	if err := os.WriteFile(l.pidFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := writePIDFile(l.pidFile()); err != nil {
 		return err
 	}
 	defer func() { _ = os.Remove(l.pidFile()) }()
@@ -82,8 +82,11 @@ func Up(ctx context.Context, opts Options) (err error) {
 	defer func() {
 		s.stopAll()
 		if opts.Purge {
-			_ = os.RemoveAll(l.dir)
-			p.step("shutdown", "removed %s", l.dir)
+			msg, err := removeDataDir(l.dir)
+			if err != nil {
+				msg = err.Error()
+			}
+			p.step("shutdown", "%s", msg)
 		} else {
 			p.step("shutdown", "state kept in %s (remove it with `portside down --purge`)", l.dir)
 		}
@@ -153,46 +156,70 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 	return env, "", nil
 }
 
-// Down stops a running `portside up` that uses dataDir and waits for it to exit.
+// Down stops a running `portside up` that uses dataDir and waits for it to
+// exit. It signals only the very process that wrote the pid file.
 func Down(ctx context.Context, dataDir string, purge bool, out io.Writer) error {
-	pidFile := filepath.Join(dataDir, pidFileName)
-	pid, alive := readPIDFile(pidFile)
-	if alive {
-		fmt.Fprintf(out, "stopping portside up (pid %d)\n", pid)
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-			return fmt.Errorf("signal pid %d: %w", pid, err)
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
+	pidFile := layout{dir: dir}.pidFile()
+	st, err := checkUp(pidFile, proc.Lookup)
+	if err != nil {
+		return fmt.Errorf("%w: not signalling anything; if no portside up uses %s, remove the pid file", err, dir)
+	}
+	switch {
+	case st.running:
+		if err := stopUp(ctx, st, out); err != nil {
+			return err
 		}
-		for alive {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("portside up (pid %d) did not stop: %w", pid, ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-			alive = syscall.Kill(pid, 0) == nil
+	case st.stale != "":
+		fmt.Fprintf(out, "%s: not signalling it; removing the stale pid file %s\n", st.stale, pidFile)
+		if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		fmt.Fprintln(out, "stopped")
-	} else {
+	default:
 		fmt.Fprintf(out, "no portside up is running with data directory %s\n", dataDir)
 	}
 	if purge {
-		if err := os.RemoveAll(dataDir); err != nil {
+		msg, err := removeDataDir(dir)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "removed %s\n", dataDir)
+		fmt.Fprintln(out, msg)
 	}
 	return nil
 }
 
-func readPIDFile(path string) (int, bool) {
-	data, err := os.ReadFile(path)
+// stopUp sends SIGTERM to the verified `up` and waits until it is gone.
+func stopUp(ctx context.Context, st upState, out io.Writer) error {
+	pid := st.rec.PID
+	// A pidfd (Go opens one on Linux) keeps naming this process even if it
+	// exits and its PID is reused before the signal.
+	p, err := os.FindProcess(pid)
 	if err != nil {
-		return 0, false
+		return err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, false
+	defer func() { _ = p.Release() }()
+	if cur, err := proc.Lookup(pid); err != nil || !cur.Same(st.cur) {
+		fmt.Fprintf(out, "portside up (pid %d) exited meanwhile\n", pid)
+		return nil
 	}
-	return pid, syscall.Kill(pid, 0) == nil
+	fmt.Fprintf(out, "stopping portside up (pid %d)\n", pid)
+	if err := p.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal pid %d: %w", pid, err)
+	}
+	for {
+		if cur, err := proc.Lookup(pid); err != nil || !cur.Same(st.cur) {
+			fmt.Fprintln(out, "stopped")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("portside up (pid %d) did not stop: %w", pid, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // errExited is returned by waits that see a child die during start-up.

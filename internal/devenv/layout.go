@@ -22,7 +22,10 @@ func newLayout(dataDir string) (layout, error) {
 		return layout{}, err
 	}
 	l := layout{dir: abs}
-	for _, d := range []string{l.dir, l.logs(), l.cloud(), l.ccm()} {
+	if err := prepareDataDir(l.dir); err != nil {
+		return layout{}, err
+	}
+	for _, d := range []string{l.logs(), l.cloud(), l.ccm()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return layout{}, fmt.Errorf("data directory: %w", err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/proc"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 	"github.com/portside-io/portside/pkg/providers/local"
@@ -91,8 +92,9 @@ func Status(ctx context.Context, dataDir string) (*Report, error) {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		l.dir = abs
 	}
-	pid, alive := readPIDFile(l.pidFile())
-	if !alive {
+	st, err := checkUp(l.pidFile(), proc.Lookup)
+	pid := st.rec.PID
+	if err != nil || !st.running {
 		return nil, fmt.Errorf("no portside up is running with data directory %s: start it with `portside up --data-dir %s`", l.dir, dataDir)
 	}
 	rep := &Report{DataDir: l.dir, PID: pid, Nodes: []NodeStatus{}, LoadBalancers: []LBStatus{}}

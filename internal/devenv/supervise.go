@@ -62,9 +62,8 @@ func (sv *supervisor) run() {
 			return
 		case <-cur.Done():
 		}
-		// Reap what is left of its process group now, while the group ID
-		// is surely still its own: a later stop must not signal a reused ID.
-		cur.Stop(0)
+		// proc has killed the rest of its group already, before reaping
+		// it, while the group ID was surely still its own.
 		if time.Since(started) > restartResetUptime {
 			backoff, inARow = restartBackoffMin, 0
 		}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Process is a started child process whose output goes to a log file.
@@ -25,6 +26,11 @@ type Process struct {
 	done    chan struct{}
 	waitErr error
 	stop    sync.Once
+
+	// mu orders group signals with the reaping of the leader: once it is
+	// reaped its PID, which is the group ID, may be reused by anyone.
+	mu     sync.Mutex
+	reaped bool
 }
 
 // Start runs path with args, appending stdout and stderr to logPath.
@@ -49,11 +55,43 @@ func Start(name, path string, args []string, env []string, logPath string) (*Pro
 	}
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, logFile: logFile, done: make(chan struct{})}
 	go func() {
+		// While the exited leader is an unreaped zombie its PID cannot be
+		// reused, so the group is still surely ours: end what is left of
+		// it, then reap.
+		waitExited(cmd.Process.Pid)
+		p.mu.Lock()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		p.waitErr = cmd.Wait()
+		p.reaped = true
+		p.mu.Unlock()
 		_ = logFile.Close()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// waitExited blocks until pid has exited, without reaping it.
+func waitExited(pid int) {
+	const pPID = 1
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		if errno != syscall.EINTR {
+			return
+		}
+	}
+}
+
+// signalGroup signals the process group unless its leader was reaped (then
+// the group is empty, as the leader's exit ended it, and its ID may belong
+// to another process now).
+func (p *Process) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
 }
 
 // PID returns the process ID.
@@ -76,25 +114,16 @@ func (p *Process) ExitErr() error {
 }
 
 // Stop sends SIGTERM to the process group, waits up to grace, then sends
-// SIGKILL. It is safe to call more than once and after the process exited.
+// SIGKILL; when the leader exits the rest of its group is killed. It is safe to call more than once and after the process exited.
 func (p *Process) Stop(grace time.Duration) {
 	p.stop.Do(func() {
-		pgid := -p.cmd.Process.Pid
-		select {
-		case <-p.done:
-			// The leader is gone; still reap anything left in its group.
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
-			return
-		default:
-		}
-		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		p.signalGroup(syscall.SIGTERM)
 		select {
 		case <-p.done:
 		case <-time.After(grace):
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			p.signalGroup(syscall.SIGKILL)
 			<-p.done
 		}
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
 	})
 }
 
@@ -102,7 +131,7 @@ func (p *Process) Stop(grace time.Duration) {
 // durability) and waits for the process to exit.
 func (p *Process) Kill() {
 	p.stop.Do(func() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		p.signalGroup(syscall.SIGKILL)
 		<-p.done
 	})
 }

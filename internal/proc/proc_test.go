@@ -1,10 +1,13 @@
 package proc
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,4 +95,94 @@ func liveGroupMembers(t *testing.T, pgid int) []int {
 		}
 	}
 	return live
+}
+
+// TestStopSparesReusedGroupID: once a child has exited and been reaped,
+// its PID (its group ID) may name another process group; stopping the
+// child later must not signal that group. The PID is reused on purpose
+// through ns_last_pid, which needs root.
+func TestStopSparesReusedGroupID(t *testing.T) {
+	p, err := Start("short", "/bin/sh", []string{"-c", "exit 0"}, nil, filepath.Join(t.TempDir(), "short.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	stranger := reusePID(t, p.PID())
+	p.Stop(time.Second)
+	p.Kill()
+	select {
+	case <-stranger:
+		t.Fatalf("Stop of an exited child killed process group %d, which belongs to another process now", p.PID())
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// reusePID starts `sleep 60` as a process group leader with PID pid and
+// returns a channel closed when it exits; it skips when it cannot.
+func reusePID(t *testing.T, pid int) <-chan struct{} {
+	t.Helper()
+	for range 20 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Skipf("cannot choose the next PID: %v", err)
+		}
+		cmd := exec.Command("sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		if cmd.Process.Pid == pid {
+			return exited
+		}
+		_ = cmd.Process.Kill() // another process took the PID first
+	}
+	t.Skip("could not get the PID again")
+	return nil
+}
+
+// TestExitKillsRestOfGroup: when the leader exits on its own, what it left
+// in its group is killed while the group ID is surely still its own.
+func TestExitKillsRestOfGroup(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sh.log")
+	p, err := Start("sh", "/bin/sh", []string{"-c", "sleep 300 & echo started"}, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	defer func() {
+		for _, pid := range liveGroupMembers(t, p.PID()) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for live := liveGroupMembers(t, p.PID()); len(live) > 0; live = liveGroupMembers(t, p.PID()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process group %d still has live members %v after its leader exited", p.PID(), live)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	self, err := Lookup(os.Getpid())
+	if err != nil || self.StartTime == 0 || self.BootID == "" || len(self.Args) == 0 {
+		t.Fatalf("Lookup(self) = %+v, %v", self, err)
+	}
+	if d := time.Since(self.Started); d < 0 || d > time.Hour {
+		t.Errorf("started %v ago", d)
+	}
+	again, _ := Lookup(os.Getpid())
+	if !self.Same(again) {
+		t.Errorf("%+v is not the same as %+v", self, again)
+	}
+	p, err := Start("short", "/bin/sh", []string{"-c", "exit 0"}, nil, filepath.Join(t.TempDir(), "short.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if _, err := Lookup(p.PID()); !errors.Is(err, ErrGone) {
+		t.Errorf("Lookup of a reaped child: %v, want ErrGone", err)
+	}
 }
