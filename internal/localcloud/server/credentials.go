@@ -24,9 +24,17 @@ func (s *Server) createRegistry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reg.CreatedAt = time.Now().UTC()
+	lim := s.limits()
+	if err := checkLen("host", reg.Host, lim.RegistryHostLen); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
 	err := s.store.Update(func(tx *store.Tx) error {
 		if tx.Exists(store.Registries, reg.Host) {
 			return conflict("registry %q already exists", reg.Host)
+		}
+		if err := checkCount(tx, store.Registries, "registries", lim.Registries); err != nil {
+			return err
 		}
 		return tx.Put(store.Registries, reg.Host, reg)
 	})

@@ -15,7 +15,11 @@ import (
 // nameRE is a DNS label: what node names and cloud names are.
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
 
-func validName(what, name string) error {
+// validName checks a name is a DNS name of at most limit characters.
+func validName(what, name string, limit int) error {
+	if err := checkLen(what, name, limit); err != nil {
+		return err
+	}
 	if !nameRE.MatchString(name) {
 		return invalid("%s %q is not valid: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", what, name)
 	}
@@ -53,7 +57,11 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, error) {
-	if err := validName("instance name", req.Name); err != nil {
+	lim := s.limits()
+	if err := validName("instance name", req.Name, lim.InstanceNameLen); err != nil {
+		return nil, err
+	}
+	if err := checkTags("labels", req.Labels, lim); err != nil {
 		return nil, err
 	}
 	region, err := s.regionOf(req.Zone)
@@ -80,6 +88,9 @@ func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, erro
 		inst.Addresses = nil // the function may run again (group commit)
 		if tx.Exists(store.Meta, "instance-name/"+req.Name) {
 			return conflict("an instance named %q already exists", req.Name)
+		}
+		if err := checkCount(tx, store.Instances, "instances", lim.Instances); err != nil {
+			return err
 		}
 		seq, err := tx.NextID(store.Instances)
 		if err != nil {

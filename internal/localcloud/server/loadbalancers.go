@@ -1,11 +1,13 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
@@ -17,6 +19,22 @@ import (
 func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
 	if spec.Cluster == "" {
 		return invalid("cluster is empty: every load balancer is tagged with the cluster that owns it")
+	}
+	lim := s.limits()
+	if err := checkLen("cluster", spec.Cluster, lim.ClusterNameLen); err != nil {
+		return err
+	}
+	if err := checkTags("tags", spec.Tags, lim); err != nil {
+		return err
+	}
+	if len(spec.Listeners) > lim.ListenersPerLB {
+		return tooMany("listeners", len(spec.Listeners), lim.ListenersPerLB)
+	}
+	if err := s.checkBackends(spec.Backends); err != nil {
+		return err
+	}
+	if len(spec.SourceRanges) > lim.SourceRangesPerLB {
+		return tooMany("sourceRanges", len(spec.SourceRanges), lim.SourceRangesPerLB)
 	}
 	if len(spec.Listeners) == 0 {
 		return invalid("listeners is empty: a load balancer needs at least one port")
@@ -37,11 +55,6 @@ func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
 			return invalid("listeners[%d]: port %s is listed twice", i, key)
 		}
 		seen[key] = true
-	}
-	for i, b := range spec.Backends {
-		if _, err := netip.ParseAddr(b.Address); err != nil {
-			return invalid("backends[%d].address %q is not an IP address", i, b.Address)
-		}
 	}
 	for i, c := range spec.SourceRanges {
 		p, err := netip.ParsePrefix(strings.TrimSpace(c))
@@ -89,7 +102,7 @@ func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
 
 func (s *Server) putLoadBalancer(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if err := validName("load balancer name", name); err != nil {
+	if err := validName("load balancer name", name, s.limits().LBNameLen); err != nil {
 		respond(w, r, 0, nil, err)
 		return
 	}
@@ -102,8 +115,10 @@ func (s *Server) putLoadBalancer(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
+	defer lbLocks.lock(s, name)()
 	var lb api.LoadBalancer
-	status := http.StatusOK
+	var status int
+	var dropped []string
 	err := s.store.Update(func(tx *store.Tx) error {
 		cur, exists, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
 		if err != nil {
@@ -113,11 +128,16 @@ func (s *Server) putLoadBalancer(w http.ResponseWriter, r *http.Request) {
 		if exists && cur.Cluster != spec.Cluster {
 			return conflict("load balancer %q belongs to cluster %q, not %q", name, cur.Cluster, spec.Cluster)
 		}
+		status = http.StatusOK
 		if !exists {
+			if err := checkCount(tx, store.LoadBalancers, "load balancers", s.limits().LoadBalancers); err != nil {
+				return err
+			}
 			status = http.StatusCreated
 			cur = api.LoadBalancer{Name: name, CreatedAt: now}
 		}
-		vips, err := s.allocateVIPs(tx, name, cur.VIPs, spec)
+		var vips []string
+		vips, dropped, err = s.allocateVIPs(tx, name, cur.VIPs, spec)
 		if err != nil {
 			return err
 		}
@@ -125,14 +145,21 @@ func (s *Server) putLoadBalancer(w http.ResponseWriter, r *http.Request) {
 		lb.LoadBalancerSpec = spec
 		lb.VIPs = vips
 		lb.UpdatedAt = now
-		return s.applyAndStore(tx, &lb)
+		return putExpectingActive(tx, &lb)
 	})
+	if err == nil {
+		err = s.applyCommitted(&lb)
+		if len(dropped) > 0 {
+			err = errors.Join(err, s.releaseIPs(dropped))
+		}
+	}
 	respond(w, r, status, lb, err)
 }
 
 // allocateVIPs keeps the current VIPs of the wanted families and allocates
-// the missing ones.
-func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec api.LoadBalancerSpec) ([]string, error) {
+// the missing ones. It returns the current VIPs no longer wanted, still
+// claimed: the caller releases them once they are no longer served.
+func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec api.LoadBalancerSpec) (vips, dropped []string, err error) {
 	owner := "lb/" + name
 	var out []string
 	for _, fam := range spec.IPFamilies {
@@ -149,7 +176,7 @@ func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec 
 		if keep == "" && spec.RequestedIP != "" {
 			if a := netip.MustParseAddr(spec.RequestedIP); pool.Contains(a) {
 				if err := tx.ClaimIP(a, owner); err != nil {
-					return nil, conflict("requestedIP: %v", err)
+					return nil, nil, conflict("requestedIP: %v", err)
 				}
 				keep = a.String()
 			}
@@ -157,7 +184,7 @@ func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec 
 		if keep == "" {
 			a, err := tx.AllocateIP(pool, owner)
 			if err != nil {
-				return nil, &apiError{http.StatusInsufficientStorage, "QuotaExceeded", fmt.Sprintf("no free VIP: %v", err)}
+				return nil, nil, &apiError{http.StatusInsufficientStorage, "QuotaExceeded", fmt.Sprintf("no free VIP: %v", err)}
 			}
 			keep = a.String()
 		}
@@ -165,25 +192,45 @@ func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec 
 	}
 	for _, v := range current {
 		if !slices.Contains(out, v) {
-			if err := tx.ReleaseIP(v); err != nil {
-				return nil, err
-			}
+			dropped = append(dropped, v)
 		}
 	}
-	return out, nil
+	return out, dropped, nil
 }
 
-// applyAndStore programs the data plane, records the outcome in the load
-// balancer's state, and stores it. A listener that cannot bind is reported
-// in state and message; the record is still stored so that the client can
-// fix it or delete it.
-func (s *Server) applyAndStore(tx *store.Tx, lb *api.LoadBalancer) error {
-	if err := s.plane.Apply(dataplaneConfig(lb)); err != nil {
-		lb.State, lb.Message = api.LoadBalancerError, err.Error()
-	} else {
-		lb.State, lb.Message = api.LoadBalancerActive, ""
-	}
+// putExpectingActive stores lb as active: the data plane is programmed
+// only after the commit (a store function may run more than once, and an
+// uncommitted change must never be served), and applyCommitted records an
+// error if programming fails. Callers hold the name's lbLocks lock.
+func putExpectingActive(tx *store.Tx, lb *api.LoadBalancer) error {
+	lb.State, lb.Message = api.LoadBalancerActive, ""
 	return tx.Put(store.LoadBalancers, lb.Name, lb)
+}
+
+// applyCommitted programs the data plane with a committed load balancer. A
+// listener that cannot bind is reported in state and message; the record
+// is kept so that the client can fix it or delete it.
+func (s *Server) applyCommitted(lb *api.LoadBalancer) error {
+	applyErr := s.plane.Apply(dataplaneConfig(lb))
+	if applyErr == nil {
+		return nil
+	}
+	lb.State, lb.Message = api.LoadBalancerError, applyErr.Error()
+	return s.store.Update(func(tx *store.Tx) error { return tx.Put(store.LoadBalancers, lb.Name, lb) })
+}
+
+// releaseIPs frees VIPs a committed change dropped. Only now that the data
+// plane has let go of them may another load balancer get (and bind) them;
+// a crash before this commit leaks them, it never double-binds.
+func (s *Server) releaseIPs(vips []string) error {
+	return s.store.Update(func(tx *store.Tx) error {
+		for _, v := range vips {
+			if err := tx.ReleaseIP(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func dataplaneConfig(lb *api.LoadBalancer) dataplane.Config {
@@ -209,12 +256,11 @@ func (s *Server) putBackends(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
-	for i, b := range req.Backends {
-		if _, err := netip.ParseAddr(b.Address); err != nil {
-			respond(w, r, 0, nil, invalid("backends[%d].address %q is not an IP address", i, b.Address))
-			return
-		}
+	if err := s.checkBackends(req.Backends); err != nil {
+		respond(w, r, 0, nil, err)
+		return
 	}
+	defer lbLocks.lock(s, name)()
 	var lb api.LoadBalancer
 	err := s.store.Update(func(tx *store.Tx) error {
 		var ok bool
@@ -228,8 +274,11 @@ func (s *Server) putBackends(w http.ResponseWriter, r *http.Request) {
 		}
 		lb.Backends = req.Backends
 		lb.UpdatedAt = time.Now().UTC()
-		return s.applyAndStore(tx, &lb)
+		return putExpectingActive(tx, &lb)
 	})
+	if err == nil {
+		err = s.applyCommitted(&lb)
+	}
 	respond(w, r, http.StatusOK, lb, err)
 }
 
@@ -271,16 +320,28 @@ func (s *Server) getLoadBalancerHealth(w http.ResponseWriter, r *http.Request) {
 	respond(w, r, http.StatusOK, h, nil)
 }
 
+// deleteLoadBalancer stops serving before the commit that releases the
+// VIPs: once released, another load balancer may get them and must be able
+// to bind. If the commit fails, serving resumes.
 func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	err := s.store.Update(func(tx *store.Tx) error {
-		lb, ok, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return notFound("load balancer %q not found", name)
-		}
+	defer lbLocks.lock(s, name)()
+	var lb api.LoadBalancer
+	var ok bool
+	err := s.store.View(func(tx *store.Tx) (err error) {
+		lb, ok, err = store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		return err
+	})
+	if err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	s.plane.Remove(name) // also when not found: nothing unstored is served
+	if !ok {
+		respond(w, r, 0, nil, notFound("load balancer %q not found", name))
+		return
+	}
+	err = s.store.Update(func(tx *store.Tx) error {
 		for _, v := range lb.VIPs {
 			if err := tx.ReleaseIP(v); err != nil {
 				return err
@@ -288,8 +349,8 @@ func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
 		}
 		return tx.Delete(store.LoadBalancers, name)
 	})
-	if err == nil {
-		s.plane.Remove(name)
+	if err != nil {
+		_ = s.plane.Apply(dataplaneConfig(&lb))
 	}
 	respond(w, r, 0, nil, err)
 }
@@ -308,4 +369,61 @@ func (s *Server) BackendCounts(cluster string) (map[string]int, error) {
 		return err
 	})
 	return out, err
+}
+
+// checkBackends validates backend addresses and their number.
+func (s *Server) checkBackends(bs []api.Backend) error {
+	if limit := s.limits().BackendsPerLB; len(bs) > limit {
+		return tooMany("backends", len(bs), limit)
+	}
+	for i, b := range bs {
+		if _, err := netip.ParseAddr(b.Address); err != nil {
+			return invalid("backends[%d].address %q is not an IP address", i, b.Address)
+		}
+	}
+	return nil
+}
+
+// lbLocks serializes, per load balancer, the store commit and the data
+// plane change that follows it, so that the order of commits is the order
+// in which the data plane sees them (a DELETE racing a PUT never leaves a
+// stored but unserved, or a served but deleted, load balancer).
+var lbLocks = keyedMutex{m: map[lbKey]*keyedEntry{}}
+
+type lbKey struct {
+	s    *Server
+	name string
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[lbKey]*keyedEntry
+}
+
+// lock locks name of s and returns the unlock function. Entries are
+// dropped when unused, so the map holds only names in flight.
+func (k *keyedMutex) lock(s *Server, name string) (unlock func()) {
+	key := lbKey{s, name}
+	k.mu.Lock()
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
 }

@@ -19,7 +19,12 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, invalid("cluster is empty: routes belong to a cluster"))
 		return
 	}
-	if err := validName("route name", rt.Name); err != nil {
+	lim := s.limits()
+	if err := checkLen("cluster", rt.Cluster, lim.ClusterNameLen); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
+	if err := validName("route name", rt.Name, lim.RouteNameLen); err != nil {
 		respond(w, r, 0, nil, err)
 		return
 	}
@@ -34,6 +39,9 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
 	err = s.store.Update(func(tx *store.Tx) error {
 		if tx.Exists(store.Routes, rt.Name) {
 			return conflict("a route named %q already exists", rt.Name)
+		}
+		if err := checkCount(tx, store.Routes, "routes", lim.Routes); err != nil {
+			return err
 		}
 		id, ok, err := store.Get[string](tx, store.Meta, "instance-name/"+rt.TargetNode)
 		if err != nil {

@@ -42,6 +42,8 @@ type Options struct {
 	CredentialTTL time.Duration
 	// DataPlane tunes the load balancers.
 	DataPlane dataplane.Options
+	// Limits bound what clients may create; nil: DefaultLimits.
+	Limits *Limits
 	// ViewerToken logs in to the web console read-only ("" for none).
 	ViewerToken string
 	// ConsoleKubeconfig, when set, makes the console show the cluster side

@@ -15,7 +15,8 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
-	if err := validName("volume name", req.Name); err != nil {
+	lim := s.limits()
+	if err := validName("volume name", req.Name, lim.VolumeNameLen); err != nil {
 		respond(w, r, 0, nil, err)
 		return
 	}
@@ -43,6 +44,9 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	err := s.store.Update(func(tx *store.Tx) error {
 		if tx.Exists(store.Meta, "volume-name/"+req.Name) {
 			return conflict("a volume named %q already exists", req.Name)
+		}
+		if err := checkCount(tx, store.Volumes, "volumes", lim.Volumes); err != nil {
+			return err
 		}
 		seq, err := tx.NextID(store.Volumes)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Kinds (bucket names).
@@ -35,24 +34,22 @@ var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, Toke
 type Store struct{ db *bolt.DB }
 
 // Open opens (creating if needed) the state file at path. Only one process
-// may hold it.
+// may hold it. A damaged file is reported (ErrDamaged), with how to recover,
+// and left as it is.
 func Open(path string) (*Store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("state file %s is locked by another running local cloud: stop it or use another --data-dir", path)
-	}
+	db, err := openBolt(path)
 	if err != nil {
-		return nil, fmt.Errorf("open state file %s: %w", path, err)
+		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, k := range kinds {
-			if _, err := tx.CreateBucketIfNotExists([]byte(k)); err != nil {
-				return err
-			}
+	if err := createBuckets(db); err != nil {
+		_ = db.Close()
+		var p *panicked
+		if errors.As(err, &p) {
+			return nil, damaged(path, err)
 		}
-		return nil
-	})
-	if err != nil {
+		return nil, fmt.Errorf("initialize state file %s: %w", path, err)
+	}
+	if err := check(db, path); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -62,14 +59,40 @@ func Open(path string) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
+// createBuckets creates the buckets that are missing (all of them in a new
+// file). It writes nothing when none is: a commit on a damaged file could
+// spread the damage before check finds it.
+func createBuckets(db *bolt.DB) error {
+	return guarded(func() error {
+		var missing bool
+		_ = db.View(func(tx *bolt.Tx) error {
+			for _, k := range kinds {
+				missing = missing || tx.Bucket([]byte(k)) == nil
+			}
+			return nil
+		})
+		if !missing {
+			return nil
+		}
+		return db.Update(func(tx *bolt.Tx) error {
+			for _, k := range kinds {
+				if _, err := tx.CreateBucketIfNotExists([]byte(k)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
 // Close closes the state file.
 func (s *Store) Close() error { return s.db.Close() }
 
 // Update runs fn in a read-write transaction, committed durably (fsync'ed)
 // before it returns, if fn returns nil. Concurrent updates are committed
 // together (group commit: one fsync for many requests), so fn may run more
-// than once and must not have effects outside the transaction that cannot
-// be repeated.
+// than once, including in a transaction that is then rolled back: effects
+// outside the store (the data plane) belong after Update returns nil.
 func (s *Store) Update(fn func(*Tx) error) error {
 	return s.db.Batch(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
 }
@@ -167,3 +190,7 @@ func (t *Tx) ClaimIP(addr netip.Addr, owner string) error {
 
 // ReleaseIP frees an address.
 func (t *Tx) ReleaseIP(addr string) error { return t.bucket(IPs).Delete([]byte(addr)) }
+
+// Count returns the number of records of kind, from the page headers (no
+// record is decoded).
+func (t *Tx) Count(kind string) int { return t.bucket(kind).Stats().KeyN }

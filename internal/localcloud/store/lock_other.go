@@ -1,0 +1,5 @@
+//go:build !unix
+
+package store
+
+func lockedElsewhere(string) bool { return false }
