@@ -67,6 +67,10 @@ demo: tools build ## Run the local environment (portside up); Ctrl-C stops it
 bench: tools ## Run the benchmarks
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=1 -timeout 150m ./...
 
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 60s), one at a time (make test runs their seed corpora)
+	@hack/fuzz.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck (pinned), shared module versions with hack/tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

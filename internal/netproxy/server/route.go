@@ -60,6 +60,12 @@ func NewIdentity(agentID string, ids header.Identifiers) (Identity, []string) {
 			bad = append(bad, c)
 			continue
 		}
+		// A dial's host is unmapped before matching (serves), so an
+		// IPv4-mapped CIDR (::ffff:10.0.0.0/104) is kept as the IPv4 one
+		// it means, or it would never match anything.
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
 		id.CIDRs = append(id.CIDRs, p.Masked())
 	}
 	return id, bad

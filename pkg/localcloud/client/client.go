@@ -346,8 +346,11 @@ func (c *Client) SetFaults(ctx context.Context, f api.Faults) error {
 
 // ParseRetryAfter reads a Retry-After header: delay-seconds or an HTTP-date
 // (RFC 9110). Absent, malformed, zero, negative or past values give 0 (the
-// caller backs off as usual); callers bound large values themselves.
+// caller backs off as usual). Either form is capped at a day, so a far
+// HTTP-date is bounded as a large delay-seconds is; callers bound further
+// themselves.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
+	const maxRetryAfter = 24 * time.Hour
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
@@ -356,13 +359,13 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		if s <= 0 {
 			return 0
 		}
-		if s > int64(24*time.Hour/time.Second) {
-			s = int64(24 * time.Hour / time.Second)
+		if s > int64(maxRetryAfter/time.Second) {
+			s = int64(maxRetryAfter / time.Second)
 		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), maxRetryAfter)
 	}
 	return 0
 }
