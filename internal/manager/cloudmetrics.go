@@ -147,8 +147,15 @@ func (p *instrumentedProvider) LoadBalancers() (cloud.LoadBalancers, bool) {
 		return lbs, ok
 	}
 	wrapped := &instrumentedLoadBalancers{lb: lbs, m: p.m}
-	if lister, isLister := lbs.(cloud.LoadBalancerLister); isLister {
+	lister, isLister := lbs.(cloud.LoadBalancerLister)
+	changer, isChanger := lbs.(cloud.LoadBalancerHostChanger)
+	switch {
+	case isLister && isChanger:
+		return &instrumentedListingChangingLoadBalancers{&instrumentedListingLoadBalancers{wrapped, lister}, instrumentedHostChanger{changer, p.m}}, true
+	case isLister:
 		return &instrumentedListingLoadBalancers{wrapped, lister}, true
+	case isChanger:
+		return &instrumentedChangingLoadBalancers{wrapped, instrumentedHostChanger{changer, p.m}}, true
 	}
 	return wrapped, true
 }
@@ -254,6 +261,30 @@ func (w *instrumentedListingLoadBalancers) ListLoadBalancers(ctx context.Context
 	return refs, err
 }
 
+// instrumentedHostChanger keeps the optional LoadBalancerHostChanger, which
+// the service controller asserts to send host changes incrementally.
+type instrumentedHostChanger struct {
+	changer cloud.LoadBalancerHostChanger
+	m       *apiMetrics
+}
+
+func (w instrumentedHostChanger) ChangeLoadBalancerHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, add, remove []cloud.Host) error {
+	start := time.Now()
+	err := w.changer.ChangeLoadBalancerHosts(ctx, spec, add, remove)
+	w.m.observe("change_load_balancer_hosts", start, err)
+	return err
+}
+
+type instrumentedChangingLoadBalancers struct {
+	*instrumentedLoadBalancers
+	instrumentedHostChanger
+}
+
+type instrumentedListingChangingLoadBalancers struct {
+	*instrumentedListingLoadBalancers
+	instrumentedHostChanger
+}
+
 type instrumentedRoutes struct {
 	r cloud.Routes
 	m *apiMetrics
@@ -305,13 +336,16 @@ func (w *instrumentedCredentials) RegistryCredential(ctx context.Context, req cl
 }
 
 var (
-	_ cloud.Provider            = (*instrumentedProvider)(nil)
-	_ cloud.Instances           = (*instrumentedInstances)(nil)
-	_ cloud.LoadBalancers       = (*instrumentedLoadBalancers)(nil)
-	_ cloud.LoadBalancers       = (*instrumentedListingLoadBalancers)(nil)
-	_ cloud.LoadBalancerLister  = (*instrumentedListingLoadBalancers)(nil)
-	_ cloud.InstanceAddresser   = (*instrumentedAddressingInstances)(nil)
-	_ cloud.Routes              = (*instrumentedRoutes)(nil)
-	_ cloud.Volumes             = (*instrumentedVolumes)(nil)
-	_ cloud.RegistryCredentials = (*instrumentedCredentials)(nil)
+	_ cloud.Provider                = (*instrumentedProvider)(nil)
+	_ cloud.Instances               = (*instrumentedInstances)(nil)
+	_ cloud.LoadBalancers           = (*instrumentedLoadBalancers)(nil)
+	_ cloud.LoadBalancers           = (*instrumentedListingLoadBalancers)(nil)
+	_ cloud.LoadBalancerLister      = (*instrumentedListingLoadBalancers)(nil)
+	_ cloud.LoadBalancerHostChanger = (*instrumentedChangingLoadBalancers)(nil)
+	_ cloud.LoadBalancerLister      = (*instrumentedListingChangingLoadBalancers)(nil)
+	_ cloud.LoadBalancerHostChanger = (*instrumentedListingChangingLoadBalancers)(nil)
+	_ cloud.InstanceAddresser       = (*instrumentedAddressingInstances)(nil)
+	_ cloud.Routes                  = (*instrumentedRoutes)(nil)
+	_ cloud.Volumes                 = (*instrumentedVolumes)(nil)
+	_ cloud.RegistryCredentials     = (*instrumentedCredentials)(nil)
 )

@@ -21,7 +21,7 @@ func (s *Server) State(_ context.Context) (console.CloudState, error) {
 		if st.Instances, err = store.List[api.Instance](tx, store.Instances); err != nil {
 			return err
 		}
-		if lbs, err = store.List[api.LoadBalancer](tx, store.LoadBalancers); err != nil {
+		if lbs, err = listLBs(tx); err != nil {
 			return err
 		}
 		if st.Routes, err = store.List[api.Route](tx, store.Routes); err != nil {

@@ -204,7 +204,7 @@ func (s *Server) allocateVIPs(tx *store.Tx, name string, current []string, spec 
 // error if programming fails. Callers hold the name's lbLocks lock.
 func putExpectingActive(tx *store.Tx, lb *api.LoadBalancer) error {
 	lb.State, lb.Message = api.LoadBalancerActive, ""
-	return tx.Put(store.LoadBalancers, lb.Name, lb)
+	return putLB(tx, lb)
 }
 
 // applyCommitted programs the data plane with a committed load balancer. A
@@ -216,7 +216,7 @@ func (s *Server) applyCommitted(lb *api.LoadBalancer) error {
 		return nil
 	}
 	lb.State, lb.Message = api.LoadBalancerError, applyErr.Error()
-	return s.store.Update(func(tx *store.Tx) error { return tx.Put(store.LoadBalancers, lb.Name, lb) })
+	return s.store.Update(func(tx *store.Tx) error { return putLBRecord(tx, lb) })
 }
 
 // releaseIPs frees VIPs a committed change dropped. Only now that the data
@@ -286,7 +286,7 @@ func (s *Server) listLoadBalancers(w http.ResponseWriter, r *http.Request) {
 	cluster := r.URL.Query().Get("cluster")
 	out := []api.LoadBalancer{}
 	err := s.store.View(func(tx *store.Tx) error {
-		all, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		all, err := listLBs(tx)
 		for _, lb := range all {
 			if cluster == "" || lb.Cluster == cluster {
 				out = append(out, lb)
@@ -302,7 +302,7 @@ func (s *Server) getLoadBalancer(w http.ResponseWriter, r *http.Request) {
 	err := s.store.View(func(tx *store.Tx) error {
 		var ok bool
 		var err error
-		lb, ok, err = store.Get[api.LoadBalancer](tx, store.LoadBalancers, r.PathValue("name"))
+		lb, ok, err = getLB(tx, r.PathValue("name"))
 		if err == nil && !ok {
 			return notFound("load balancer %q not found", r.PathValue("name"))
 		}
@@ -329,7 +329,7 @@ func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
 	var lb api.LoadBalancer
 	var ok bool
 	err := s.store.View(func(tx *store.Tx) (err error) {
-		lb, ok, err = store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		lb, ok, err = getLB(tx, name)
 		return err
 	})
 	if err != nil {
@@ -347,7 +347,7 @@ func (s *Server) deleteLoadBalancer(w http.ResponseWriter, r *http.Request) {
 				return err
 			}
 		}
-		return tx.Delete(store.LoadBalancers, name)
+		return deleteLB(tx, name)
 	})
 	if err != nil {
 		_ = s.plane.Apply(dataplaneConfig(&lb))
@@ -363,7 +363,7 @@ func (s *Server) BackendCounts(cluster string) (map[string]int, error) {
 		all, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
 		for _, lb := range all {
 			if lb.Cluster == cluster {
-				out[lb.Name] = len(lb.Backends)
+				out[lb.Name] = max(len(lb.Backends), tx.CountIn(store.LBBackends, lb.Name))
 			}
 		}
 		return err

@@ -154,7 +154,7 @@ func (s *Server) Close() {
 func (s *Server) restore(ctx context.Context) error {
 	var lbs []api.LoadBalancer
 	if err := s.store.View(func(tx *store.Tx) (err error) {
-		lbs, err = store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		lbs, err = listLBs(tx)
 		return err
 	}); err != nil {
 		return err
@@ -206,6 +206,7 @@ func (s *Server) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/load-balancers/{name}", s.getLoadBalancer)
 	v1.HandleFunc("PUT /v1/load-balancers/{name}", s.putLoadBalancer)
 	v1.HandleFunc("PUT /v1/load-balancers/{name}/backends", s.putBackends)
+	v1.HandleFunc("PATCH /v1/load-balancers/{name}/backends", s.changeBackends)
 	v1.HandleFunc("GET /v1/load-balancers/{name}/health", s.getLoadBalancerHealth)
 	v1.HandleFunc("DELETE /v1/load-balancers/{name}", s.deleteLoadBalancer)
 	v1.HandleFunc("GET /v1/routes", s.listRoutes)

@@ -28,7 +28,7 @@ const (
 	IPs = "ips"
 )
 
-var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, TokenIssuers, Meta, IPs, RouteCIDRs}
+var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, TokenIssuers, Meta, IPs, RouteCIDRs, LBBackends}
 
 // Store is an open state file.
 type Store struct{ db *bolt.DB }

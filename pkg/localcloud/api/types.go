@@ -200,6 +200,22 @@ type SetBackendsRequest struct {
 	Backends []Backend `json:"backends"`
 }
 
+// ChangeBackendsRequest removes, then adds, backends of a load balancer
+// (PATCH /v1/load-balancers/{name}/backends), leaving the others alone:
+// a node joining or leaving is one small change per load balancer.
+// Backends are identified by address; adding one it has only renames it,
+// removing one it lacks is not an error.
+type ChangeBackendsRequest struct {
+	Add    []Backend `json:"add,omitempty"`
+	Remove []Backend `json:"remove,omitempty"`
+}
+
+// ChangeBackendsResponse says how many backends the load balancer has now.
+type ChangeBackendsResponse struct {
+	Name     string `json:"name"`
+	Backends int    `json:"backends"`
+}
+
 // Route sends a destination CIDR to an instance.
 type Route struct {
 	Name            string    `json:"name"`

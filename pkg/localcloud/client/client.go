@@ -217,6 +217,15 @@ func (c *Client) SetBackends(ctx context.Context, name string, backends []api.Ba
 	return &out, c.do(ctx, http.MethodPut, "/v1/load-balancers/"+url.PathEscape(name)+"/backends", api.SetBackendsRequest{Backends: backends}, &out)
 }
 
+// ChangeBackends removes, then adds, backends of a load balancer, leaving
+// the others alone; it returns how many it has now.
+func (c *Client) ChangeBackends(ctx context.Context, name string, add, remove []api.Backend) (int, error) {
+	var out api.ChangeBackendsResponse
+	err := c.do(ctx, http.MethodPatch, "/v1/load-balancers/"+url.PathEscape(name)+"/backends",
+		api.ChangeBackendsRequest{Add: add, Remove: remove}, &out)
+	return out.Backends, err
+}
+
 // GetLoadBalancer returns a load balancer.
 func (c *Client) GetLoadBalancer(ctx context.Context, name string) (*api.LoadBalancer, error) {
 	var out api.LoadBalancer

@@ -97,6 +97,13 @@ func (p *loadBalancers) UpdateLoadBalancerHosts(ctx context.Context, spec *cloud
 	return sdkErr(err, "update hosts of load balancer "+spec.Name)
 }
 
+// ChangeLoadBalancerHosts sends only the hosts that changed: the cloud
+// writes and programs those backends alone (cloud.LoadBalancerHostChanger).
+func (p *loadBalancers) ChangeLoadBalancerHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, add, remove []cloud.Host) error {
+	_, err := p.c.ChangeBackends(ctx, spec.Name, backends(add, spec.IPFamilies), backends(remove, spec.IPFamilies))
+	return sdkErr(err, "change hosts of load balancer "+spec.Name)
+}
+
 func (p *loadBalancers) EnsureLoadBalancerDeleted(ctx context.Context, spec *cloud.LoadBalancerSpec) error {
 	err := sdkErr(p.c.DeleteLoadBalancer(ctx, spec.Name), "delete load balancer "+spec.Name)
 	if cloud.IsNotFound(err) {

@@ -178,6 +178,11 @@ func TestLoadBalancerServiceServesTrafficAndFollowsNodes(t *testing.T) {
 			t.Fatalf("svc-b still a backend: %+v", lb.Backends)
 		}
 	}
+	// The local provider changes hosts incrementally: joins and leaves are
+	// PATCHes of the changed backends, not the whole set.
+	if n := f.cloud.Server.Calls()["PATCH /v1/load-balancers/*/backends"]; n == 0 {
+		t.Errorf("no incremental backend change was sent: %v", f.cloud.Server.Calls())
+	}
 
 	// Deleted: the load balancer goes, then the finalizer, then the Service.
 	if err := f.client.CoreV1().Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// A load balancer is stored as its record (without backends) in
+// store.LoadBalancers and its backends, one record each keyed by address,
+// in the store.LBBackends group of its name: a change of one backend
+// rewrites one small record. Records written before that keep their
+// backends inline, read as they are until the next write.
+
+// getLB reads a load balancer with its backends.
+func getLB(tx *store.Tx, name string) (api.LoadBalancer, bool, error) {
+	lb, ok, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+	if err != nil || !ok {
+		return lb, ok, err
+	}
+	return lb, true, withBackends(tx, &lb)
+}
+
+func withBackends(tx *store.Tx, lb *api.LoadBalancer) error {
+	bes, grouped, err := store.ListIn[api.Backend](tx, store.LBBackends, lb.Name)
+	if err != nil {
+		return err
+	}
+	if grouped {
+		lb.Backends = bes
+	}
+	if lb.Backends == nil {
+		lb.Backends = []api.Backend{}
+	}
+	return nil
+}
+
+// listLBs reads every load balancer with its backends.
+func listLBs(tx *store.Tx) ([]api.LoadBalancer, error) {
+	lbs, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
+	if err != nil {
+		return nil, err
+	}
+	for i := range lbs {
+		if err := withBackends(tx, &lbs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return lbs, nil
+}
+
+// putLB writes a load balancer and replaces its backends.
+func putLB(tx *store.Tx, lb *api.LoadBalancer) error {
+	if err := putLBRecord(tx, lb); err != nil {
+		return err
+	}
+	if err := tx.DeleteGroup(store.LBBackends, lb.Name); err != nil {
+		return err
+	}
+	for _, be := range lb.Backends {
+		if err := tx.PutIn(store.LBBackends, lb.Name, be.Address, be); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putLBRecord writes the record only (state, spec), keeping the backends.
+func putLBRecord(tx *store.Tx, lb *api.LoadBalancer) error {
+	rec := *lb
+	rec.Backends = nil
+	return tx.Put(store.LoadBalancers, lb.Name, rec)
+}
+
+// deleteLB removes the record and the backends.
+func deleteLB(tx *store.Tx, name string) error {
+	if err := tx.Delete(store.LoadBalancers, name); err != nil {
+		return err
+	}
+	return tx.DeleteGroup(store.LBBackends, name)
+}
+
+// changeLBBackends removes, then adds, backends (by address) and returns
+// how many the load balancer has.
+func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int, error) {
+	if _, grouped, err := store.ListIn[api.Backend](tx, store.LBBackends, name); err != nil {
+		return 0, err
+	} else if !grouped {
+		// A record with inline backends: move them to the group first.
+		lb, _, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
+		if err != nil {
+			return 0, err
+		}
+		if err := putLB(tx, &lb); err != nil {
+			return 0, err
+		}
+	}
+	for _, be := range remove {
+		if err := tx.DeleteIn(store.LBBackends, name, be.Address); err != nil {
+			return 0, err
+		}
+	}
+	for _, be := range add {
+		if err := tx.PutIn(store.LBBackends, name, be.Address, be); err != nil {
+			return 0, err
+		}
+	}
+	return tx.CountIn(store.LBBackends, name), nil
+}
