@@ -67,7 +67,12 @@ func BenchmarkServiceLoadBalancers(b *testing.B) {
 	if err := sim.Register(ctx, specs[:nNodes]); err != nil {
 		b.Fatal(err)
 	}
-	if err := lc.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "PUT", PathPrefix: "/v1/load-balancers", LatencyMillis: 10}}}); err != nil {
+	// Every write of a load balancer takes 10 ms, incremental backend
+	// changes (PATCH, Portside's provider) as full ones (PUT).
+	if err := lc.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{
+		{Method: "PUT", PathPrefix: "/v1/load-balancers", LatencyMillis: 10},
+		{Method: "PATCH", PathPrefix: "/v1/load-balancers", LatencyMillis: 10},
+	}}); err != nil {
 		b.Fatal(err)
 	}
 	contenders := []contender{
@@ -109,7 +114,7 @@ type lbResult struct {
 func lbCalls(lc *localcloudtest.Cloud) int64 {
 	var n int64
 	for k, v := range lc.Server.Calls() {
-		if strings.HasPrefix(k, "PUT /v1/load-balancers") {
+		if strings.HasPrefix(k, "PUT /v1/load-balancers") || strings.HasPrefix(k, "PATCH /v1/load-balancers") {
 			n += v
 		}
 	}

@@ -82,9 +82,7 @@ func deleteLB(tx *store.Tx, name string) error {
 // changeLBBackends removes, then adds, backends (by address) and returns
 // how many the load balancer has.
 func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int, error) {
-	if _, grouped, err := store.ListIn[api.Backend](tx, store.LBBackends, name); err != nil {
-		return 0, err
-	} else if !grouped {
+	if !tx.HasGroup(store.LBBackends, name) {
 		// A record with inline backends: move them to the group first.
 		lb, _, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
 		if err != nil {

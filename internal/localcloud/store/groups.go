@@ -54,6 +54,12 @@ func (t *Tx) DeleteGroup(kind, group string) error {
 	return err
 }
 
+// HasGroup reports whether kind has the group.
+func (t *Tx) HasGroup(kind, group string) bool {
+	b, _ := t.group(kind, group, false)
+	return b != nil
+}
+
 // CountIn is the number of records in kind's group. (A cursor, not
 // Stats: Stats misses a write transaction's changes to a small group.)
 func (t *Tx) CountIn(kind, group string) int {
