@@ -65,10 +65,13 @@ func DecideOrphan(ref cloud.LoadBalancerRef, svc *corev1.Service, class string) 
 func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalancerLister) {
 	logger := klog.FromContext(ctx)
 	untagged := map[string]bool{} // logged once each
+	failures := 0
 	for {
+		var passErr error
 		refs, err := lister.ListLoadBalancers(ctx, c.cfg.ClusterName)
 		if err != nil {
 			logger.Error(err, "Listing load balancers for orphan collection")
+			passErr = err
 		}
 		for _, ref := range refs {
 			if !ProvablyOurs(ref, string(c.cfg.ClusterUID), c.cfg.Class) {
@@ -79,38 +82,68 @@ func (c *Controller) collectOrphans(ctx context.Context, lister cloud.LoadBalanc
 				}
 				continue
 			}
-			c.collectOne(ctx, ref)
+			if err := c.collectOne(ctx, ref); err != nil && passErr == nil {
+				passErr = err
+			}
+		}
+		if passErr != nil {
+			failures++
+		} else {
+			failures = 0
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(c.cfg.OrphanPeriod):
+		case <-time.After(NextOrphanPass(passErr, failures, c.cfg.OrphanPeriod)):
 		}
 	}
 }
 
-func (c *Controller) collectOne(ctx context.Context, ref cloud.LoadBalancerRef) {
+// NextOrphanPass is the wait before the next orphan collection: the period
+// after a pass that did everything; after a failed one (the cloud's or the
+// apiserver's error), a backoff from 1 s doubling per failure in a row, or
+// the cloud's Retry-After, never longer than the period. An orphan left by
+// a cloud failure at start is then collected once the cloud answers, not a
+// period later.
+func NextOrphanPass(err error, failures int, period time.Duration) time.Duration {
+	if err == nil {
+		return period
+	}
+	if d, ok := cloud.IsRetryAfter(err); ok && d > 0 {
+		return min(d, period)
+	}
+	backoff := time.Second
+	for i := 1; i < failures && backoff < period; i++ {
+		backoff *= 2
+	}
+	return min(backoff, period)
+}
+
+// collectOne decides about one load balancer of ours and acts; an error
+// (reading the Service, deleting in the cloud) makes the pass a failed one.
+func (c *Controller) collectOne(ctx context.Context, ref cloud.LoadBalancerRef) error {
 	logger := klog.FromContext(ctx).WithValues("loadBalancer", ref.Name, "service", ref.Service, "uid", ref.UID)
 	svc, err := c.cfg.Client.CoreV1().Services(ref.Service.Namespace).Get(ctx, ref.Service.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		svc, err = nil, nil
 	}
 	if err != nil {
-		return
+		return err // in doubt: keep it, and look again soon
 	}
 	switch DecideOrphan(ref, svc, c.cfg.Class) {
 	case OrphanKeep:
-		return
+		return nil
 	case OrphanCleanup:
 		c.setOwnership(svc.UID, OwnershipOurs)
 		c.queue.Add(serviceKey(svc.Namespace, svc.Name))
 		logger.Info("Queued the cleanup of a Service whose load balancer is ours and no longer wanted")
-		return
+		return nil
 	}
 	spec := &cloud.LoadBalancerSpec{Cluster: c.cfg.ClusterName, ClusterUID: c.cfg.ClusterUID, Name: ref.Name, Service: ref.Service, UID: ref.UID, Class: ref.Class}
 	if err := c.cfg.LoadBalancers.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
 		logger.Error(err, "Deleting orphaned load balancer")
-		return
+		return err
 	}
 	logger.Info("Deleted orphaned load balancer")
+	return nil
 }
