@@ -9,7 +9,7 @@
 //	PORTSIDE_RELIABILITY=long go test -v ./test/reliability/crash/      # long: 50 kills
 //	go test -v ./test/reliability/crash/ -crash.kills=200               # any number
 //
-// See docs/reliability-runs.md for what is checked and the figures.
+// See docs/reliability.md for what is checked and the figures.
 package crash
 
 import (
@@ -431,7 +431,7 @@ func (r *run) bindConflict(name string, gen int, lb *api.LoadBalancer) {
 	}
 	// An acknowledged load balancer that does not serve. Seen before commit
 	// 521b8d1, when a DELETE released its VIP before its listeners closed
-	// and a concurrent PUT of another name got the VIP (docs/reliability-runs.md).
+	// and a concurrent PUT of another name got the VIP (docs/reliability.md).
 	r.t.Errorf("VIOLATION: acknowledged put of %s gen %d answered state %s: %s; %s", name, gen, lb.State, lb.Message, evidence)
 }
 

@@ -9,7 +9,7 @@
 //	PORTSIDE_RELIABILITY=long go test -v -timeout 60m ./test/reliability/leaderchurn/  # long: 100 kills
 //	go test -v ./test/reliability/leaderchurn/ -leaderchurn.kills=20         # any number
 //
-// See docs/reliability-runs.md for the method and the figures.
+// See docs/reliability.md for the method and the figures.
 package leaderchurn
 
 import (
