@@ -108,7 +108,7 @@ func BenchmarkServiceLoadBalancers(b *testing.B) {
 
 type lbResult struct {
 	ingressS, nodeAddS, nodeInitS, ingressCalls, peakRSSMB float64
-	nodeAddCalls, noopCalls                     int64
+	nodeAddCalls, noopCalls                                int64
 }
 
 func lbCalls(lc *localcloudtest.Cloud) int64 {

@@ -57,4 +57,3 @@ func writeRelease(dir, ref, version string, date time.Time) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "portside-"+chartVersion+".tgz"), tgz, 0o644)
 }
-

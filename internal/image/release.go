@@ -73,7 +73,7 @@ func PackageChart(chart fs.FS, name, version string, mtime time.Time) ([]byte, e
 		}
 		if p == "Chart.yaml" {
 			if !appVersionLine.Match(data) {
-				return nil, fmt.Errorf("Chart.yaml has no appVersion line to stamp")
+				return nil, fmt.Errorf("the chart's Chart.yaml has no appVersion line to stamp")
 			}
 			data = appVersionLine.ReplaceAll(data, []byte(fmt.Sprintf("appVersion: %q", version)))
 			stamped = true
@@ -109,5 +109,5 @@ func ChartVersion(chart fs.FS) (string, error) {
 			return strings.Trim(strings.TrimSpace(v), `"'`), nil
 		}
 	}
-	return "", fmt.Errorf("Chart.yaml has no version")
+	return "", fmt.Errorf("the chart's Chart.yaml has no version")
 }
