@@ -18,11 +18,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/portside-io/portside/internal/testbin"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/portside-io/portside/internal/proc"
-	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
@@ -58,49 +57,11 @@ func kills() int {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildDir  string
-)
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
-}
-
-// portside builds cmd/portside once per test binary (so -count=2 links once).
-func portside(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if bin := os.Getenv("PORTSIDE_RELIABILITY_BIN"); bin != "" {
-			builtBin = bin // a portside binary built elsewhere (e.g. of another commit)
-			return
-		}
-		root, err := tools.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "portside-crash-bin-"); err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(buildDir, "portside")
-		out, err := exec.Command("go", "build", "-o", builtBin, filepath.Join(root, "cmd", "portside")).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
 }
 
 // cloud is the cloud process across restarts.
@@ -1027,3 +988,6 @@ func probe(ctx context.Context, c *client.Client, name, addr, want string) error
 	}
 	return nil
 }
+
+// portside is the portside binary (internal/testbin).
+func portside(t *testing.T) string { return testbin.Portside(t) }

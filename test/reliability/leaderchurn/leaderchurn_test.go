@@ -17,13 +17,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/portside-io/portside/internal/testbin"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,7 +41,6 @@ import (
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/proc"
 	"github.com/portside-io/portside/internal/testenv"
-	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -71,48 +70,10 @@ func kills() int {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildDir  string
-)
-
 func TestMain(m *testing.M) {
 	code := testenv.Run(m)
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
-}
-
-// portside builds cmd/portside once per test binary.
-func portside(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if bin := os.Getenv("PORTSIDE_RELIABILITY_BIN"); bin != "" {
-			builtBin = bin // a portside binary built elsewhere (e.g. of another commit)
-			return
-		}
-		root, err := tools.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "portside-leaderchurn-bin-"); err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(buildDir, "portside")
-		out, err := exec.Command("go", "build", "-o", builtBin, filepath.Join(root, "cmd", "portside")).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
 }
 
 // call is one request of a replica to the cloud, as its own proxy saw it.
@@ -723,3 +684,6 @@ func (c *cluster) runAtLocked(runs []*runInfo, id string, t time.Time) *runInfo 
 	}
 	return nil
 }
+
+// portside is the portside binary (internal/testbin).
+func portside(t *testing.T) string { return testbin.Portside(t) }

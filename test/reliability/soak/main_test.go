@@ -15,51 +15,17 @@ package soak
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 
+	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
-	"github.com/portside-io/portside/internal/tools"
 )
 
 func TestMain(m *testing.M) {
 	code := testenv.Run(m)
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-	buildOut  []byte
-)
-
-// portsideBinary builds cmd/portside once per test binary (so -count=2
-// builds once) and returns its path.
-func portsideBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := tools.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if buildDir, buildErr = os.MkdirTemp("", "portside-soak-bin-"); buildErr != nil {
-			return
-		}
-		buildBin = filepath.Join(buildDir, "portside")
-		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/portside")
-		cmd.Dir = root
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("go build ./cmd/portside: %v\n%s", buildErr, buildOut)
-	}
-	return buildBin
-}
+// portsideBinary is the portside binary (internal/testbin).
+func portsideBinary(t *testing.T) string { return testbin.Portside(t) }
