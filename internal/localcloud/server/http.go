@@ -231,11 +231,18 @@ func (s *Server) countCalls(next http.Handler) http.Handler {
 			key += "/*/" + parts[2]
 		}
 		s.callsMu.Lock()
+		if _, seen := s.calls[key]; !seen && len(s.calls) >= maxCallKeys {
+			// Made-up methods and paths cannot grow the map without bound.
+			key = "other"
+		}
 		s.calls[key]++
 		s.callsMu.Unlock()
 		next.ServeHTTP(w, r)
 	})
 }
+
+// maxCallKeys bounds the call counters: the API has a few dozen routes.
+const maxCallKeys = 256
 
 // Calls returns the API calls served so far, by "METHOD /v1/resource[/*/sub]".
 func (s *Server) Calls() map[string]int64 {
