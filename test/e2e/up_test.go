@@ -235,6 +235,11 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "cloud", "token"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A directory of an earlier `portside up` (its marker), whose cloud
+	// state was then damaged.
+	if err := os.WriteFile(filepath.Join(data, ".portside-up"), []byte("format 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin, "up", "--once", "--data-dir", data)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
