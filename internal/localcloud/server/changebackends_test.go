@@ -147,3 +147,27 @@ func errorsAs(err error, target **client.StatusError) bool {
 	}
 	return ok
 }
+
+func TestLoadBalancersWithBackend(t *testing.T) {
+	srv, c := startServer(t)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if _, err := c.PutLoadBalancer(ctx, name, api.LoadBalancerSpec{Cluster: "c",
+			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 80, BackendPort: 30080}},
+			Backends:  []api.Backend{{Name: "n1", Address: "127.1.0.1"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.ChangeBackends(ctx, "a", []api.Backend{{Name: "n2", Address: "127.1.0.2"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cluster, addr string
+		all, with     int
+	}{{"c", "127.1.0.1", 2, 2}, {"c", "127.1.0.2", 2, 1}, {"c", "127.1.0.9", 2, 0}, {"other", "127.1.0.1", 0, 0}} {
+		all, with, err := srv.LoadBalancersWithBackend(tc.cluster, tc.addr)
+		if err != nil || all != tc.all || with != tc.with {
+			t.Errorf("%s %s: %d/%d, %v; want %d/%d", tc.cluster, tc.addr, with, all, err, tc.with, tc.all)
+		}
+	}
+}

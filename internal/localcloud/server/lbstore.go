@@ -1,6 +1,8 @@
 package server
 
 import (
+	"slices"
+
 	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -103,4 +105,24 @@ func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int
 		}
 	}
 	return tx.CountIn(store.LBBackends, name), nil
+}
+
+// LoadBalancersWithBackend counts the load balancers of cluster, and those
+// of them that have a backend at addr: a cheap probe (one lookup per load
+// balancer) for benchmarks waiting for a node to reach them all.
+func (s *Server) LoadBalancersWithBackend(cluster, addr string) (all, with int, err error) {
+	err = s.store.View(func(tx *store.Tx) error {
+		lbs, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
+		for _, lb := range lbs {
+			if lb.Cluster != cluster {
+				continue
+			}
+			all++
+			if tx.ExistsIn(store.LBBackends, lb.Name, addr) || slices.ContainsFunc(lb.Backends, func(b api.Backend) bool { return b.Address == addr }) {
+				with++
+			}
+		}
+		return err
+	})
+	return all, with, err
 }

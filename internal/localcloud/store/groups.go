@@ -54,6 +54,12 @@ func (t *Tx) DeleteGroup(kind, group string) error {
 	return err
 }
 
+// ExistsIn reports whether kind's group has key.
+func (t *Tx) ExistsIn(kind, group, key string) bool {
+	b, _ := t.group(kind, group, false)
+	return b != nil && b.Get([]byte(key)) != nil
+}
+
 // HasGroup reports whether kind has the group.
 func (t *Tx) HasGroup(kind, group string) bool {
 	b, _ := t.group(kind, group, false)
