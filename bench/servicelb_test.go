@@ -108,7 +108,7 @@ func BenchmarkServiceLoadBalancers(b *testing.B) {
 
 type lbResult struct {
 	ingressS, nodeAddS, ingressCalls, peakRSSMB float64
-	nodeAddCalls, noopCalls                                int64
+	nodeAddCalls, noopCalls                     int64
 }
 
 func lbCalls(lc *localcloudtest.Cloud) int64 {
@@ -241,4 +241,3 @@ func runLBContender(b *testing.B, client kubernetes.Interface, lc *localcloudtes
 	}
 	return r
 }
-
