@@ -163,14 +163,21 @@ func runOne(ctx context.Context, env *Env, tc Test) Result {
 		tc.Run(tctx, t)
 	}()
 	var ended string // why the test did not return by itself
+	cutShort := func() string {
+		if ctx.Err() != nil {
+			return fmt.Sprintf("interrupted after %v", time.Since(start).Round(time.Millisecond))
+		}
+		return fmt.Sprintf("timed out after %v", timeout)
+	}
 	select {
 	case <-done:
-	case <-tctx.Done():
-		if ctx.Err() != nil {
-			ended = fmt.Sprintf("interrupted after %v", time.Since(start).Round(time.Millisecond))
-		} else {
-			ended = fmt.Sprintf("timed out after %v", timeout)
+		// Returned, but maybe because its context ended (both may be
+		// ready at once): that test was cut short too.
+		if tctx.Err() != nil {
+			ended = cutShort()
 		}
+	case <-tctx.Done():
+		ended = cutShort()
 		// Let the test see its context end and record where it was.
 		select {
 		case <-done:
