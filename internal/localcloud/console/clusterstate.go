@@ -4,26 +4,15 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-)
 
-// Well-known names (k8s.io/cloud-provider api/well_known_taints.go and the
-// service controller's node predicates).
-const (
-	taintUninitialized  = "node.cloudprovider.kubernetes.io/uninitialized"
-	taintShutdown       = "node.cloudprovider.kubernetes.io/shutdown"
-	labelExcludeFromLBs = "node.kubernetes.io/exclude-from-external-load-balancers"
-	labelZone           = "topology.kubernetes.io/zone"
-	labelRegion         = "topology.kubernetes.io/region"
-	labelInstanceType   = "node.kubernetes.io/instance-type"
-	// Tags the local provider puts on its load balancers
-	// (pkg/providers/local).
-	tagServiceName = "kubernetes.io/service-name"
-	tagServiceUID  = "kubernetes.io/service-uid"
+	"github.com/portside-io/portside/internal/controllers/node"
+	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
+	"github.com/portside-io/portside/internal/controllers/service"
+	"github.com/portside-io/portside/pkg/providers/local"
 )
 
 // ClusterState is the cluster side: LoadBalancer Services joined with the
@@ -154,7 +143,7 @@ func serviceView(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, lbs []Lo
 func matchLoadBalancer(svc *corev1.Service, lbs []LoadBalancer) *LoadBalancer {
 	for i := range lbs {
 		t := lbs[i].Tags
-		if t[tagServiceName] == svc.Namespace+"/"+svc.Name && t[tagServiceUID] == string(svc.UID) {
+		if t[local.TagServiceName] == svc.Namespace+"/"+svc.Name && t[local.TagServiceUID] == string(svc.UID) {
 			return &lbs[i]
 		}
 	}
@@ -199,8 +188,8 @@ func serviceStatus(svc *corev1.Service, v ServiceView) string {
 }
 
 func nodeView(n *corev1.Node) NodeView {
-	v := NodeView{Name: n.Name, ProviderID: n.Spec.ProviderID, Zone: n.Labels[labelZone], Region: n.Labels[labelRegion],
-		InstanceType: n.Labels[labelInstanceType], PodCIDRs: n.Spec.PodCIDRs}
+	v := NodeView{Name: n.Name, ProviderID: n.Spec.ProviderID, Zone: n.Labels[corev1.LabelTopologyZone], Region: n.Labels[corev1.LabelTopologyRegion],
+		InstanceType: n.Labels[corev1.LabelInstanceTypeStable], PodCIDRs: n.Spec.PodCIDRs}
 	if len(v.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
 		v.PodCIDRs = []string{n.Spec.PodCIDR}
 	}
@@ -223,20 +212,17 @@ func nodeStatus(n *corev1.Node) (bool, string) {
 	var notes []string
 	for _, t := range n.Spec.Taints {
 		switch t.Key {
-		case taintUninitialized:
-			return false, "waiting for the cloud controller manager (" + taintUninitialized + " taint)"
-		case taintShutdown:
+		case node.TaintUninitialized:
+			return false, "waiting for the cloud controller manager (" + node.TaintUninitialized + " taint)"
+		case nodelifecycle.TaintShutdown:
 			notes = append(notes, "instance shut down")
 		}
 	}
 	if n.Spec.ProviderID == "" {
 		return false, "no providerID: not initialized by a cloud controller manager"
 	}
-	if v, ok := n.Labels[labelExcludeFromLBs]; ok {
-		// As upstream: an unparsable value excludes the node too.
-		if b, err := strconv.ParseBool(v); err != nil || b {
-			notes = append(notes, "excluded from load balancers")
-		}
+	if n.DeletionTimestamp == nil && !service.EligibleNode(n) {
+		notes = append(notes, "excluded from load balancers")
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {

@@ -9,7 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/portside-io/portside/internal/controllers/node"
+	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
 	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/providers/local"
 )
 
 func TestNodeStatus(t *testing.T) {
@@ -24,19 +27,19 @@ func TestNodeStatus(t *testing.T) {
 		wantWhy    string
 	}{
 		{name: "initialized", providerID: "local://i-1", wantInit: true},
-		{name: "uninitialized taint", providerID: "", taints: []corev1.Taint{taint(taintUninitialized)},
+		{name: "uninitialized taint", providerID: "", taints: []corev1.Taint{taint(node.TaintUninitialized)},
 			wantWhy: "waiting for the cloud controller manager (node.cloudprovider.kubernetes.io/uninitialized taint)"},
-		{name: "taint wins over providerID", providerID: "local://i-1", taints: []corev1.Taint{taint(taintUninitialized)},
+		{name: "taint wins over providerID", providerID: "local://i-1", taints: []corev1.Taint{taint(node.TaintUninitialized)},
 			wantWhy: "waiting for the cloud controller manager (node.cloudprovider.kubernetes.io/uninitialized taint)"},
 		{name: "no providerID", wantWhy: "no providerID: not initialized by a cloud controller manager"},
-		{name: "shut down", providerID: "local://i-1", taints: []corev1.Taint{taint(taintShutdown)}, wantInit: true, wantWhy: "instance shut down"},
-		{name: "excluded", providerID: "local://i-1", labels: map[string]string{labelExcludeFromLBs: "true"}, wantInit: true, wantWhy: "excluded from load balancers"},
-		{name: "exclusion false", providerID: "local://i-1", labels: map[string]string{labelExcludeFromLBs: "false"}, wantInit: true},
-		{name: "unparsable exclusion excludes, as upstream", providerID: "local://i-1", labels: map[string]string{labelExcludeFromLBs: "yes"}, wantInit: true, wantWhy: "excluded from load balancers"},
+		{name: "shut down", providerID: "local://i-1", taints: []corev1.Taint{taint(nodelifecycle.TaintShutdown)}, wantInit: true, wantWhy: "instance shut down"},
+		{name: "excluded", providerID: "local://i-1", labels: map[string]string{corev1.LabelNodeExcludeBalancers: "true"}, wantInit: true, wantWhy: "excluded from load balancers"},
+		{name: "exclusion false", providerID: "local://i-1", labels: map[string]string{corev1.LabelNodeExcludeBalancers: "false"}, wantInit: true},
+		{name: "unparsable exclusion excludes, as upstream", providerID: "local://i-1", labels: map[string]string{corev1.LabelNodeExcludeBalancers: "yes"}, wantInit: true, wantWhy: "excluded from load balancers"},
 		{name: "no route", providerID: "local://i-1", conds: []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue, Reason: "NoRouteCreated"}},
 			wantInit: true, wantWhy: "no route yet (NoRouteCreated)"},
 		{name: "route created", providerID: "local://i-1", conds: []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "RouteCreated"}}, wantInit: true},
-		{name: "several notes", providerID: "local://i-1", taints: []corev1.Taint{taint(taintShutdown)}, labels: map[string]string{labelExcludeFromLBs: "1"},
+		{name: "several notes", providerID: "local://i-1", taints: []corev1.Taint{taint(nodelifecycle.TaintShutdown)}, labels: map[string]string{corev1.LabelNodeExcludeBalancers: "1"},
 			wantInit: true, wantWhy: "instance shut down; excluded from load balancers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,7 +68,7 @@ func TestServiceJoin(t *testing.T) {
 		l := LoadBalancer{LoadBalancer: api.LoadBalancer{Name: name, VIPs: []string{vip},
 			LoadBalancerSpec: api.LoadBalancerSpec{Tags: map[string]string{}}}}
 		if svcName != "" {
-			l.Tags[tagServiceName], l.Tags[tagServiceUID] = svcName, "uid-"+uid
+			l.Tags[local.TagServiceName], l.Tags[local.TagServiceUID] = svcName, "uid-"+uid
 		}
 		for i, h := range healthy {
 			l.Health.Backends = append(l.Health.Backends, api.BackendHealth{Name: "node-" + string(rune('1'+i)), Healthy: h})
