@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -186,7 +185,7 @@ func startControllers(ctx context.Context, o *Options, enabled []Controller, pro
 	logger := klog.FromContext(ctx)
 	client := cs.write
 	h.ready.Store(false)
-	factory := informers.NewSharedInformerFactoryWithOptions(cs.watch, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(cs.watch, 0, informers.WithTransform(trimForCache))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	go func() {
@@ -229,13 +228,4 @@ func startControllers(ctx context.Context, o *Options, enabled []Controller, pro
 	}
 	h.ready.Store(true)
 	return nil
-}
-
-// dropManagedFields keeps informer caches small: controllers never read
-// managedFields, and at thousands of nodes they are most of a Node's size.
-func dropManagedFields(obj any) (any, error) {
-	if acc, err := meta.Accessor(obj); err == nil && acc.GetManagedFields() != nil {
-		acc.SetManagedFields(nil)
-	}
-	return obj, nil
 }

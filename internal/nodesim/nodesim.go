@@ -47,6 +47,10 @@ type NodeSpec struct {
 	// KubeletPort is the port of the node's kubelet endpoint
 	// (status.daemonEndpoints; see StartKubelet); 0: none.
 	KubeletPort int32
+	// Realistic makes the Node as big as a real kubelet's (images, every
+	// condition, nodeInfo, capacity; see makeRealistic), for benchmarks
+	// of memory and of the apiserver's load.
+	Realistic bool
 }
 
 // Simulator registers and heartbeats simulated nodes.
@@ -92,6 +96,9 @@ func (s *Simulator) register(ctx context.Context, spec NodeSpec) error {
 		node.Spec.PodCIDR, node.Spec.PodCIDRs = spec.PodCIDRs[0], spec.PodCIDRs
 	}
 	node.Status = nodeStatus(spec)
+	if spec.Realistic {
+		makeRealistic(node)
+	}
 	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// A kubelet restarted on another port says so in its status.

@@ -184,18 +184,28 @@ func (c *Controller) reportWarnings(node *corev1.Node, warnings []error) {
 	}
 }
 
-// apply writes an initialization in two protobuf PUTs (cheaper for the
-// apiserver than patches, which it round-trips through JSON): the
-// addresses first (status), so that the node is never schedulable without
-// them; then labels, providerID and taints on the object the first write
-// returned. Both are guarded by resourceVersion, so a concurrent change is
-// never lost: on conflict the node is decided again from the cache.
+// apply writes an initialization in two writes: the addresses first
+// (status), so that the node is never schedulable without them; then
+// labels, providerID and taints. Both are guarded by resourceVersion, so a
+// concurrent change is never lost: on conflict the node is decided again
+// from the cache.
+//
+// The addresses are a merge patch, not an UpdateStatus of the cached node:
+// the informer cache keeps a trimmed Node (no images, nodeInfo, capacity:
+// see the manager's trimForCache), and a whole-status write would erase
+// them. The second write is a protobuf Update of the main resource, which
+// the apiserver applies to metadata and spec only (a Node's status is kept
+// from the stored object), on the full object the patch returned when there
+// was one.
 func (c *Controller) apply(ctx context.Context, node *corev1.Node, d *Initialization) error {
 	nodes := c.cfg.Client.CoreV1().Nodes()
 	n := node.DeepCopy()
 	if d.AddressesChanged {
-		n.Status.Addresses = d.Addresses
-		updated, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		patch, err := addressesPatch(node.ResourceVersion, d.Addresses)
+		if err != nil {
+			return err
+		}
+		updated, err := nodes.Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		if err != nil {
 			return conflictRetry(fmt.Errorf("update addresses: %w", err))
 		}
@@ -215,6 +225,18 @@ func (c *Controller) apply(ctx context.Context, node *corev1.Node, d *Initializa
 		return conflictRetry(fmt.Errorf("update node: %w", err))
 	}
 	return nil
+}
+
+// addressesPatch replaces status.addresses (a merge patch replaces lists
+// whole) if the node is still at resourceVersion rv.
+func addressesPatch(rv string, addrs []corev1.NodeAddress) ([]byte, error) {
+	if addrs == nil {
+		addrs = []corev1.NodeAddress{}
+	}
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": rv},
+		"status":   map[string]any{"addresses": addrs},
+	})
 }
 
 // conflictRetry turns a conflict into a quick retry: the informer brings

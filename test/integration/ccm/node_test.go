@@ -171,3 +171,30 @@ func TestMetricsAreServed(t *testing.T) {
 		}
 	}
 }
+
+// The CCM's caches keep a trimmed Node (no images, nodeInfo, capacity); its
+// writes must never erase what it does not cache. A real-size node keeps
+// every field the kubelet wrote after it is initialized and its addresses
+// synced.
+func TestRealisticNodeKeepsWhatTheCacheTrims(t *testing.T) {
+	f := env(t)
+	inst := f.instance(t, api.CreateInstanceRequest{Name: "init-real", Zone: "zone-a"})
+	f.register(t, nodesim.NodeSpec{Name: "init-real", Realistic: true})
+	n := f.waitNode(t, "init-real", 20*time.Second, "initialization", initialized)
+	if got := addressesOf(n, corev1.NodeInternalIP); len(got) != 1 || got[0] != inst.Addresses[0].Address {
+		t.Errorf("InternalIP = %v", got)
+	}
+	if len(n.Status.Images) != nodesim.RealisticImages || n.Status.NodeInfo.MachineID == "" ||
+		n.Status.Capacity.Cpu().IsZero() || len(n.Status.VolumesAttached) != 1 || len(n.Status.Conditions) != 4 {
+		t.Errorf("initialization erased status the kubelet wrote: %d images, nodeInfo %+v, capacity %v, %d volumes, %d conditions",
+			len(n.Status.Images), n.Status.NodeInfo, n.Status.Capacity, len(n.Status.VolumesAttached), len(n.Status.Conditions))
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Message == "" {
+			t.Errorf("condition %s lost its message", c.Type)
+		}
+	}
+	if n.Annotations["csi.volume.kubernetes.io/nodeid"] == "" || n.Labels["node.kubernetes.io/instance-type"] == "" {
+		t.Errorf("annotations or labels lost: %v %v", n.Annotations, n.Labels)
+	}
+}
