@@ -54,6 +54,16 @@ func StartDetached(dir string) (c *Cloud, stop func(), err error) {
 
 // StartWith is StartDetached with data-plane options of the caller's.
 func StartWith(dir string, dp dataplane.Options) (c *Cloud, stop func(), err error) {
+	return start(dir, dp, false)
+}
+
+// StartWithManyVIPs is StartWith with the whole lower half of its /16 for
+// VIPs (32k instead of 4k), for benchmarks of 10,000 load balancers.
+func StartWithManyVIPs(dir string, dp dataplane.Options) (c *Cloud, stop func(), err error) {
+	return start(dir, dp, true)
+}
+
+func start(dir string, dp dataplane.Options, manyVIPs bool) (c *Cloud, stop func(), err error) {
 	// 127.<o>.0.0/16: VIPs in one random /20 of the lower half (4k, enough
 	// for 1,000-Service benchmarks), nodes in the upper half (32k).
 	octet := 10 + rand.IntN(240)
@@ -62,6 +72,9 @@ func StartWith(dir string, dp dataplane.Options) (c *Cloud, stop func(), err err
 		ViewerToken: fmt.Sprintf("viewer-%d", rand.Int64()),
 		VIPPool:     netip.MustParsePrefix(fmt.Sprintf("127.%d.%d.0/20", octet, rand.IntN(8)*16)),
 		NodePool:    netip.MustParsePrefix(fmt.Sprintf("127.%d.128.0/17", octet)),
+	}
+	if manyVIPs {
+		c.VIPPool = netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/17", octet))
 	}
 	srv, err := server.New(context.Background(), filepath.Join(dir, server.StateFile), server.Options{
 		Token: c.Token, ViewerToken: c.ViewerToken, VIPPoolV4: c.VIPPool, NodePoolV4: c.NodePool, DataPlane: dp,
