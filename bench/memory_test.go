@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/portside-io/portside/internal/controlplane"
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
 	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
 	"github.com/portside-io/portside/internal/nodesim"
@@ -89,7 +90,11 @@ type memResult struct {
 func runMemory(tb testing.TB, mc memConfig) []memResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := testenv.Config(tb)
+	// A control plane of its own: 10,000 LoadBalancer Services need more
+	// NodePorts than the default range's 2,768.
+	cp := testenv.StartControlPlane(tb, controlplane.Options{
+		ExtraAPIServerArgs: []string{fmt.Sprintf("--service-node-port-range=30000-%d", 30000+mc.services+1000)}})
+	cfg := cp.RESTConfig()
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.QPS, cfg.Burst = 2000, 4000
 	client := kubernetes.NewForConfigOrDie(cfg)
@@ -140,7 +145,7 @@ func runMemory(tb testing.TB, mc memConfig) []memResult {
 
 	w := watchConverged(ctx, tb, client, namespaces)
 	args := func(extra ...string) []string {
-		return append([]string{"--cloud-provider=local", "--cloud-config=" + cloudCfg, "--kubeconfig=" + testenv.Kubeconfig(tb),
+		return append([]string{"--cloud-provider=local", "--cloud-config=" + cloudCfg, "--kubeconfig=" + cp.KubeconfigPath,
 			"--secure-port=0", "--bind-address=127.0.0.1", "--leader-elect=false",
 			"--allocate-node-cidrs=false", "--configure-cloud-routes=false"}, extra...)
 	}
