@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cloudprovider "k8s.io/cloud-provider"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
@@ -40,10 +43,15 @@ type contender struct {
 	Workers  int     `json:"workers"`
 	QPS      float32 `json:"qps"`
 	Burst    int     `json:"burst"`
-	// Controller is "node" (cloud node controller), "service" or "route".
-	Controller  string `json:"controller"`
-	ClusterName string `json:"clusterName,omitempty"`
-	ClusterCIDR string `json:"clusterCIDR,omitempty"`
+	// Controller is "node" (cloud node controller), "service", "route",
+	// or "join": the cloud node and route controllers together, as a CCM
+	// runs them (BenchmarkJoinLatency).
+	Controller string `json:"controller"`
+	// RouteWorkers, for "join", is Portside's --concurrent-route-syncs
+	// (0: its default); Workers is then the node workers.
+	RouteWorkers int    `json:"routeWorkers,omitempty"`
+	ClusterName  string `json:"clusterName,omitempty"`
+	ClusterCIDR  string `json:"clusterCIDR,omitempty"`
 	// FeatureGates for upstream's controllers, e.g. "A=true".
 	FeatureGates string `json:"featureGates,omitempty"`
 	Kubeconfig   string `json:"kubeconfig"`
@@ -75,12 +83,25 @@ func runChild(spec string) int {
 			o.AllocateNodeCIDRs, o.ClusterCIDR, o.ClusterName = true, c.ClusterCIDR, c.ClusterName
 			o.ConcurrentRouteSyncs = c.Workers
 		}
+		if c.Controller == "join" {
+			// Pod CIDRs come from elsewhere (kube-controller-manager's IPAM),
+			// as upstream's CCM expects.
+			o.Controllers = []string{"cloud-node", "route"}
+			o.ClusterCIDR, o.ClusterName = c.ClusterCIDR, c.ClusterName
+			if c.RouteWorkers > 0 {
+				o.ConcurrentRouteSyncs = c.RouteWorkers
+			}
+		}
 		o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
 		o.KubeAPIQPS, o.KubeAPIBurst = c.QPS, c.Burst
-		if c.Controller != "route" {
+		if c.Controller != "route" && c.Workers > 0 {
 			o.ConcurrentNodeSyncs = c.Workers
 		}
-		err = manager.Run(ctx, o, manager.DefaultControllers(), nil)
+		var ready func(addr string)
+		if c.Controller == "join" {
+			ready = func(addr string) { go announceReady(ctx, addr) }
+		}
+		err = manager.Run(ctx, o, manager.DefaultControllers(), ready)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "contender:", err)
@@ -109,6 +130,9 @@ func runUpstream(ctx context.Context, c contender) error {
 	}
 	factory := informers.NewSharedInformerFactory(client, 12*time.Hour)
 	metrics := controllersmetrics.NewControllerManagerMetrics("bench")
+	if c.Controller == "join" {
+		return runUpstreamJoin(ctx, c, cfg, factory, upstream.ToUpstream(p), metrics)
+	}
 	if c.Controller == "route" {
 		return runUpstreamRoutes(ctx, c, client, factory, upstream.ToUpstream(p), metrics)
 	}
@@ -158,6 +182,72 @@ func runUpstreamRoutes(ctx context.Context, c contender, client kubernetes.Inter
 		return err
 	}
 	factory.Start(ctx.Done())
+	rc.Run(ctx, 10*time.Second, metrics)
+	return nil
+}
+
+// childReady is what a "join" contender prints once its informers have
+// synced, so the harness knows when it can start.
+const childReady = "bench-child: informers synced"
+
+// announceReady polls Portside's /readyz (true once the informers have
+// synced) and prints childReady.
+func announceReady(ctx context.Context, addr string) {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the child's own self-signed serving certificate on loopback
+	}}
+	for ctx.Err() == nil {
+		resp, err := hc.Get("https://" + addr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				fmt.Fprintln(os.Stderr, childReady)
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runUpstreamJoin runs upstream's cloud node controller and route
+// controller together, as upstream's CCM does: each controller with a
+// client of its own (its own QPS budget, as upstream's client builder
+// gives them), shared informers, --route-reconciliation-period 10s.
+func runUpstreamJoin(ctx context.Context, c contender, cfg *rest.Config, factory informers.SharedInformerFactory,
+	cp cloudprovider.Interface, metrics *controllersmetrics.ControllerManagerMetrics) error {
+	nodeClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return err
+	}
+	routeClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return err
+	}
+	nc, err := nodecontroller.NewCloudNodeController(factory.Core().V1().Nodes(), nodeClient, cp,
+		5*time.Minute, int32(c.Workers), int32(c.Workers))
+	if err != nil {
+		return err
+	}
+	routes, ok := cp.Routes()
+	if !ok {
+		return fmt.Errorf("provider has no routes")
+	}
+	var cidrs []*net.IPNet
+	for _, s := range strings.Split(c.ClusterCIDR, ",") {
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return err
+		}
+		cidrs = append(cidrs, n)
+	}
+	rc, err := routecontroller.New(routes, routeClient, factory.Core().V1().Nodes(), c.ClusterName, cidrs)
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	fmt.Fprintln(os.Stderr, childReady)
+	go nc.RunWithContext(ctx, metrics)
 	rc.Run(ctx, 10*time.Second, metrics)
 	return nil
 }

@@ -84,7 +84,7 @@ type memResult struct {
 	name              string
 	peakMB, endMB     float64
 	ran               time.Duration
-	lbWrites, readied int64
+	lbWrites int64
 }
 
 func runMemory(tb testing.TB, mc memConfig) []memResult {

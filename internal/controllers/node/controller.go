@@ -184,65 +184,34 @@ func (c *Controller) reportWarnings(node *corev1.Node, warnings []error) {
 	}
 }
 
-// apply writes an initialization in two writes: the addresses first
-// (status), so that the node is never schedulable without them; then
-// labels, providerID and taints. Both are guarded by resourceVersion, so a
-// concurrent change is never lost: on conflict the node is decided again
-// from the cache.
-//
-// The addresses are a merge patch, not an UpdateStatus of the cached node:
-// the informer cache keeps a trimmed Node (no images, nodeInfo, capacity:
-// see the manager's trimForCache), and a whole-status write would erase
-// them. The second write is a protobuf Update of the main resource, which
-// the apiserver applies to metadata and spec only (a Node's status is kept
-// from the stored object), on the full object the patch returned when there
-// was one.
+// apply writes an initialization in two JSON patches (InitPatches): the
+// addresses first (status), so that the node is never schedulable without
+// them; then labels, providerID and taints. Patches, not Updates of the
+// cached object: the informer cache keeps a trimmed Node (no images,
+// nodeInfo, capacity: see the manager's trimForCache). A patch whose guard
+// fails (the node changed under the decision) is retried quickly: the
+// informer brings the new version and the node is decided again.
 func (c *Controller) apply(ctx context.Context, node *corev1.Node, d *Initialization) error {
 	nodes := c.cfg.Client.CoreV1().Nodes()
-	n := node.DeepCopy()
-	if d.AddressesChanged {
-		patch, err := addressesPatch(node.ResourceVersion, d.Addresses)
-		if err != nil {
-			return err
-		}
-		updated, err := nodes.Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-		if err != nil {
+	status, main, err := InitPatches(node, d)
+	if err != nil {
+		return err
+	}
+	if status != nil {
+		if _, err := nodes.Patch(ctx, node.Name, types.JSONPatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 			return conflictRetry(fmt.Errorf("update addresses: %w", err))
 		}
-		n = updated
 	}
-	if len(d.Labels) > 0 && n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	for k, v := range d.Labels {
-		n.Labels[k] = v
-	}
-	if d.ProviderID != "" {
-		n.Spec.ProviderID = d.ProviderID
-	}
-	n.Spec.Taints = d.Taints
-	if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := nodes.Patch(ctx, node.Name, types.JSONPatchType, main, metav1.PatchOptions{}); err != nil {
 		return conflictRetry(fmt.Errorf("update node: %w", err))
 	}
 	return nil
 }
 
-// addressesPatch replaces status.addresses (a merge patch replaces lists
-// whole) if the node is still at resourceVersion rv.
-func addressesPatch(rv string, addrs []corev1.NodeAddress) ([]byte, error) {
-	if addrs == nil {
-		addrs = []corev1.NodeAddress{}
-	}
-	return json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": rv},
-		"status":   map[string]any{"addresses": addrs},
-	})
-}
-
 // conflictRetry turns a conflict into a quick retry: the informer brings
 // the new version and the next attempt decides again.
 func conflictRetry(err error) error {
-	if apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || PatchGuardFailed(err) {
 		return queue.RetryAfter(50*time.Millisecond, err)
 	}
 	return err

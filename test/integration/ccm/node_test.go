@@ -1,6 +1,7 @@
 package ccm
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -9,7 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	nodecontroller "github.com/portside-io/portside/internal/controllers/node"
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -196,5 +200,23 @@ func TestRealisticNodeKeepsWhatTheCacheTrims(t *testing.T) {
 	}
 	if n.Annotations["csi.volume.kubernetes.io/nodeid"] == "" || n.Labels["node.kubernetes.io/instance-type"] == "" {
 		t.Errorf("annotations or labels lost: %v %v", n.Annotations, n.Labels)
+	}
+}
+
+// The node controller tells a JSON patch refused by its guard (the node
+// changed under the decision: retried at once) from other refusals, as the
+// real apiserver answers them.
+func TestPatchGuardFailedOnRealAPIServer(t *testing.T) {
+	f := env(t)
+	f.register(t, nodesim.NodeSpec{Name: "guard-node"})
+	nodes := f.client.CoreV1().Nodes()
+	ctx := context.Background()
+	_, err := nodes.Patch(ctx, "guard-node", types.JSONPatchType, []byte(`[{"op":"test","path":"/spec/taints","value":[]}]`), metav1.PatchOptions{})
+	if !nodecontroller.PatchGuardFailed(err) {
+		t.Errorf("failed test op: PatchGuardFailed(%v) = false", err)
+	}
+	_, err = nodes.Patch(ctx, "guard-node", types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/labels/bad","value":"not a valid label value!"}]`), metav1.PatchOptions{})
+	if err == nil || nodecontroller.PatchGuardFailed(err) {
+		t.Errorf("invalid label: err %v, PatchGuardFailed true", err)
 	}
 }
