@@ -81,10 +81,10 @@ type memConfig struct {
 }
 
 type memResult struct {
-	name              string
-	peakMB, endMB     float64
-	ran               time.Duration
-	lbWrites int64
+	name          string
+	peakMB, endMB float64
+	ran           time.Duration
+	lbWrites      int64
 }
 
 func runMemory(tb testing.TB, mc memConfig) []memResult {
