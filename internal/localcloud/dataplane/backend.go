@@ -25,7 +25,8 @@ type backend struct {
 	draining    atomic.Bool
 	activeConns atomic.Int64
 
-	conns connSet
+	conns    connSet
+	lastDial atomic.Pointer[portAddr]
 
 	mu          sync.Mutex
 	lastError   string
@@ -40,6 +41,23 @@ func newBackend(name string, addr netip.Addr, check checkSpec) *backend {
 	// does for hosts it was just given; the first check runs at once.
 	be.healthy.Store(true)
 	return be
+}
+
+// portAddr is a backend's "ip:port" for one port.
+type portAddr struct {
+	port int
+	addr string
+}
+
+// dialAddr is "ip:port" to dial, kept for the last port asked (all of a
+// listener's connections go to the same one).
+func (be *backend) dialAddr(port int) string {
+	if a := be.lastDial.Load(); a != nil && a.port == port {
+		return a.addr
+	}
+	a := &portAddr{port: port, addr: net.JoinHostPort(be.addr.String(), strconv.Itoa(port))}
+	be.lastDial.Store(a)
+	return a.addr
 }
 
 func (be *backend) status() api.BackendHealth {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
-	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -185,10 +183,6 @@ func (b *balancer) pick(client netip.Addr, skip map[*backend]bool) *backend {
 		}
 	}
 	return nil
-}
-
-func (b *balancer) backendAddr(be *backend, port int) string {
-	return net.JoinHostPort(be.addr.String(), strconv.Itoa(port))
 }
 
 func (b *balancer) close() {

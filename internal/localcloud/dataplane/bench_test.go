@@ -2,9 +2,14 @@ package dataplane
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,21 +18,25 @@ import (
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
-// benchTarget is a backend and a load balancer in front of it: every
-// benchmark measures the same work direct to the backend and through the
-// VIP, in the same run, and reports the ratio.
+// benchTarget is a backend and the proxies in front of it: every benchmark
+// measures the same work, with the same client code, direct to the backend,
+// through a Portside VIP and through nginx's stream proxy (when installed),
+// interleaved in the same run, and reports the ratios to direct.
 type benchTarget struct {
-	direct, vip string
+	names, addrs []string // "direct", "portside", maybe "nginx"
 }
 
-func newBenchTarget(b *testing.B, handle func(net.Conn)) benchTarget {
-	b.Helper()
+// newBenchTarget starts a backend running handle per connection, a
+// Portside load balancer in front of it, and nginx if it can (installing
+// it first with install, as benchmarks do).
+func newBenchTarget(tb testing.TB, handle func(net.Conn), install bool) benchTarget {
+	tb.Helper()
 	beIP := randomLoopback()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(beIP, 0).String())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { _ = ln.Close() })
+	tb.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -39,154 +48,302 @@ func newBenchTarget(b *testing.B, handle func(net.Conn)) benchTarget {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	p := New(context.Background(), Options{})
-	b.Cleanup(p.Close)
-	vip := randomLoopback()
-	vport := 0
-	for vport == 0 {
-		l, err := net.Listen("tcp", netip.AddrPortFrom(vip, 0).String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		vport = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-	}
-	if err := p.Apply(Config{Name: "bench", VIPs: []netip.Addr{vip},
-		Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: vport, BackendPort: port}},
+	tb.Cleanup(p.Close)
+	vip := netip.MustParseAddrPort(freeLoopbackPort(tb))
+	if err := p.Apply(Config{Name: "bench", VIPs: []netip.Addr{vip.Addr()},
+		Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: int(vip.Port()), BackendPort: port}},
 		Backends:  []api.Backend{{Name: "be", Address: beIP.String()}}}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	return benchTarget{direct: ln.Addr().String(), vip: netip.AddrPortFrom(vip, uint16(vport)).String()}
+	t := benchTarget{names: []string{"direct", "portside"}, addrs: []string{ln.Addr().String(), vip.String()}}
+	nb := findNginx(install)
+	if nb.missing != "" {
+		tb.Logf("without nginx: %s", nb.missing)
+		return t
+	}
+	addr, err := startNginx(tb, nb, ln.Addr().String())
+	if err != nil {
+		tb.Logf("without nginx: %v", err)
+		return t
+	}
+	t.names, t.addrs = append(t.names, "nginx"), append(t.addrs, addr)
+	return t
 }
 
-// BenchmarkThroughput sends 64 MiB one way per iteration, direct and
-// through the VIP.
-func BenchmarkThroughput(b *testing.B) {
-	const size = 64 << 20
-	t := newBenchTarget(b, func(c net.Conn) {
-		defer func() { _ = c.Close() }()
-		n, _ := io.Copy(io.Discard, c)
-		_, _ = c.Write([]byte{byte(n >> 20)})
-	})
-	buf := make([]byte, 256<<10)
-	send := func(addr string) time.Duration {
-		start := time.Now()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Fatal(err)
+// report adds each contender's figure and its ratio to direct's (or, for
+// latency, the difference) as metrics and one log table.
+func (t benchTarget) report(b *testing.B, unit string, vals []float64, added bool) {
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-9s %12s %10s", "", unit, "vs direct")
+	for i, name := range t.names {
+		b.ReportMetric(vals[i], name+"-"+unit)
+		rel := fmt.Sprintf("%.2fx", vals[i]/vals[0])
+		if added {
+			rel = fmt.Sprintf("%+.1f", vals[i]-vals[0])
 		}
-		for sent := 0; sent < size; sent += len(buf) {
-			if _, err := c.Write(buf); err != nil {
-				b.Fatal(err)
+		if i > 0 {
+			if added {
+				b.ReportMetric(vals[i]-vals[0], name+"-added-"+unit)
+			} else {
+				b.ReportMetric(vals[i]/vals[0], name+"/direct")
 			}
 		}
-		_ = c.(*net.TCPConn).CloseWrite()
-		ack := make([]byte, 1)
-		if _, err := io.ReadFull(c, ack); err != nil || int(ack[0]) != size>>20 {
-			b.Fatalf("transfer incomplete: %v %d", err, ack[0])
-		}
-		_ = c.Close()
-		return time.Since(start)
+		fmt.Fprintf(&table, "\n%-9s %12.1f %10s", name, vals[i], rel)
 	}
-	var direct, vip time.Duration
+	b.Log(table.String())
+}
+
+// bulkSink is the throughput backend: it reads to EOF and answers with the
+// byte count (8 bytes), followed with hash by the FNV-64a of the bytes (the
+// smoke test checks them; benchmarks do not pay for hashing).
+func bulkSink(hash bool) func(net.Conn) {
+	return func(c net.Conn) {
+		defer func() { _ = c.Close() }()
+		h := fnv.New64a()
+		var w io.Writer = io.Discard
+		if hash {
+			w = h
+		}
+		n, _ := io.Copy(w, c)
+		_, _ = c.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(n)), h.Sum64()))
+	}
+}
+
+// sendBulk sends size bytes of buf (repeated) to addr, half-closes, and
+// returns the time until the backend's answer: its count and hash.
+func sendBulk(addr string, size int, buf []byte) (time.Duration, uint64, error) {
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = c.Close() }()
+	for sent := 0; sent < size; sent += len(buf) {
+		if _, err := c.Write(buf[:min(len(buf), size-sent)]); err != nil {
+			return 0, 0, err
+		}
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	ack := make([]byte, 16)
+	if _, err := io.ReadFull(c, ack); err != nil {
+		return 0, 0, err
+	}
+	if n := binary.BigEndian.Uint64(ack); n != uint64(size) {
+		return 0, 0, fmt.Errorf("backend got %d bytes of %d", n, size)
+	}
+	return time.Since(start), binary.BigEndian.Uint64(ack[8:]), nil
+}
+
+// BenchmarkThroughput sends 64 MiB one way per iteration and contender.
+func BenchmarkThroughput(b *testing.B) {
+	const size = 64 << 20
+	t := newBenchTarget(b, bulkSink(false), true)
+	buf := make([]byte, 256<<10)
+	d := make([]time.Duration, len(t.addrs))
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
-		direct += send(t.direct)
-		vip += send(t.vip)
+		for i, addr := range t.addrs {
+			took, _, err := sendBulk(addr, size, buf)
+			if err != nil {
+				b.Fatalf("%s: %v", t.names[i], err)
+			}
+			d[i] += took
+		}
 	}
-	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
-	b.ReportMetric(mbps(direct), "direct-MB/s")
-	b.ReportMetric(mbps(vip), "vip-MB/s")
-	b.ReportMetric(mbps(vip)/mbps(direct), "vip/direct")
+	vals := make([]float64, len(d))
+	for i := range d {
+		vals[i] = float64(size) * float64(b.N) / d[i].Seconds() / 1e6
+	}
+	t.report(b, "MB/s", vals, false)
 }
 
-// BenchmarkConnectionRate opens, uses (1-byte round trip) and closes
-// connections from 8 clients at once, direct and through the VIP.
-func BenchmarkConnectionRate(b *testing.B) {
-	t := newBenchTarget(b, func(c net.Conn) {
+// echoOne is the connection-rate backend: it echoes one byte and closes;
+// served counts the connections that sent one (health checks send none).
+func echoOne(served *atomic.Int64) func(net.Conn) {
+	return func(c net.Conn) {
 		defer func() { _ = c.Close() }()
 		one := make([]byte, 1)
 		if _, err := c.Read(one); err == nil {
+			served.Add(1)
 			_, _ = c.Write(one)
 		}
-	})
-	const clients = 8
-	run := func(addr string, conns int) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				one := []byte{1}
-				for next.Add(1) <= int64(conns) {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if _, err := c.Write(one); err != nil {
-						b.Error(err)
-					}
-					if _, err := io.ReadFull(c, one); err != nil {
-						b.Error(err)
-					}
-					_ = c.Close()
-				}
-			}()
-		}
-		wg.Wait()
-		return time.Since(start)
 	}
-	const perIter = 200
-	var direct, vip time.Duration
+}
+
+// openConns opens, uses (a 1-byte round trip) and closes conns connections
+// to addr from clients goroutines at once; it returns the time and how many
+// completed.
+func openConns(addr string, clients, conns int) (time.Duration, int64, error) {
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var firstErr error
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := next.Add(1); n <= int64(conns); n = next.Add(1) {
+				if err := roundTripOne(addr, byte(n)); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), done.Load(), firstErr
+}
+
+func roundTripOne(addr string, v byte) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	one := []byte{v}
+	if _, err := c.Write(one); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, one); err != nil {
+		return err
+	}
+	if one[0] != v {
+		return errors.New("echoed byte differs")
+	}
+	return nil
+}
+
+// BenchmarkConnectionRate opens, uses and closes 200 connections per
+// iteration and contender from 8 clients at once.
+func BenchmarkConnectionRate(b *testing.B) {
+	const clients, perIter = 8, 200
+	t := newBenchTarget(b, echoOne(new(atomic.Int64)), true)
+	d := make([]time.Duration, len(t.addrs))
 	b.ResetTimer()
 	for range b.N {
-		direct += run(t.direct, perIter)
-		vip += run(t.vip, perIter)
+		for i, addr := range t.addrs {
+			took, _, err := openConns(addr, clients, perIter)
+			if err != nil {
+				b.Fatalf("%s: %v", t.names[i], err)
+			}
+			d[i] += took
+		}
 	}
-	rate := func(d time.Duration) float64 { return float64(perIter*b.N) / d.Seconds() }
-	b.ReportMetric(rate(direct), "direct-conns/s")
-	b.ReportMetric(rate(vip), "vip-conns/s")
-	b.ReportMetric(rate(vip)/rate(direct), "vip/direct")
+	vals := make([]float64, len(d))
+	for i := range d {
+		vals[i] = float64(perIter*b.N) / d[i].Seconds()
+	}
+	t.report(b, "conns/s", vals, false)
+}
+
+// echoAll is the round-trip backend: it echoes everything.
+func echoAll(c net.Conn) {
+	defer func() { _ = c.Close() }()
+	_, _ = io.Copy(c, c)
+}
+
+// roundTrip writes msg and reads the echo into reply; it checks the echo.
+func roundTrip(c net.Conn, msg, reply []byte) (time.Duration, error) {
+	start := time.Now()
+	if _, err := c.Write(msg); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(c, reply); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	if string(reply) != string(msg) {
+		return 0, errors.New("echo differs")
+	}
+	return took, nil
 }
 
 // BenchmarkRoundTrip measures a 64-byte request/response on an open
-// connection, direct and through the VIP: the latency the hop adds.
+// connection per contender: the latency each hop adds.
 func BenchmarkRoundTrip(b *testing.B) {
-	t := newBenchTarget(b, func(c net.Conn) {
-		defer func() { _ = c.Close() }()
-		_, _ = io.Copy(c, c)
-	})
-	dial := func(addr string) net.Conn {
+	t := newBenchTarget(b, echoAll, true)
+	conns := make([]net.Conn, len(t.addrs))
+	for i, addr := range t.addrs {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = c.Close() })
-		return c
+		conns[i] = c
 	}
-	dc, vc := dial(t.direct), dial(t.vip)
-	msg := make([]byte, 64)
-	rtt := func(c net.Conn) time.Duration {
-		start := time.Now()
-		if _, err := c.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, msg); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
-	var direct, vip time.Duration
+	msg, reply := make([]byte, 64), make([]byte, 64)
+	d := make([]time.Duration, len(t.addrs))
 	b.ResetTimer()
-	for range b.N {
-		direct += rtt(dc)
-		vip += rtt(vc)
+	for n := range b.N {
+		msg[0] = byte(n)
+		for i, c := range conns {
+			took, err := roundTrip(c, msg, reply)
+			if err != nil {
+				b.Fatalf("%s: %v", t.names[i], err)
+			}
+			d[i] += took
+		}
 	}
-	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
-	b.ReportMetric(us(direct), "direct-µs/rtt")
-	b.ReportMetric(us(vip), "vip-µs/rtt")
-	b.ReportMetric(us(vip)-us(direct), "added-µs/rtt")
+	vals := make([]float64, len(d))
+	for i := range d {
+		vals[i] = float64(d[i].Nanoseconds()) / 1e3 / float64(b.N)
+	}
+	t.report(b, "µs/rtt", vals, true)
+}
+
+// TestBenchSmoke runs each benchmark's measurement once at tiny sizes for
+// every contender (nginx only if installed: `make test` installs nothing)
+// and checks the bytes and connections arrived; no timing is asserted.
+func TestBenchSmoke(t *testing.T) {
+	t.Run("throughput", func(t *testing.T) {
+		bt := newBenchTarget(t, bulkSink(true), false)
+		buf := make([]byte, 4096)
+		for i := range buf {
+			buf[i] = byte(i * 7)
+		}
+		const size = 100_000 // not a multiple of buf: the tail is partial
+		want := fnv.New64a()
+		for sent := 0; sent < size; sent += len(buf) {
+			_, _ = want.Write(buf[:min(len(buf), size-sent)])
+		}
+		for i, addr := range bt.addrs {
+			_, sum, err := sendBulk(addr, size, buf)
+			if err != nil || sum != want.Sum64() {
+				t.Errorf("%s: hash %x, want %x (err %v)", bt.names[i], sum, want.Sum64(), err)
+			}
+		}
+	})
+	t.Run("connection rate", func(t *testing.T) {
+		var served atomic.Int64
+		bt := newBenchTarget(t, echoOne(&served), false)
+		for i, addr := range bt.addrs {
+			before := served.Load()
+			_, done, err := openConns(addr, 4, 20)
+			if err != nil || done != 20 {
+				t.Errorf("%s: %d of 20 connections (err %v)", bt.names[i], done, err)
+			}
+			if got := served.Load() - before; got != 20 {
+				t.Errorf("%s: backend served %d connections, want 20", bt.names[i], got)
+			}
+		}
+	})
+	t.Run("round trip", func(t *testing.T) {
+		bt := newBenchTarget(t, echoAll, false)
+		for i, addr := range bt.addrs {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, reply := []byte(strings.Repeat("0123456789abcdef", 4)), make([]byte, 64)
+			for range 3 {
+				if _, err := roundTrip(c, msg, reply); err != nil {
+					t.Errorf("%s: %v", bt.names[i], err)
+				}
+			}
+			_ = c.Close()
+		}
+	})
 }

@@ -51,6 +51,8 @@ type Options struct {
 
 	// listenTCP replaces net.ListenTCP in tests (to inject accept errors).
 	listenTCP func(*net.TCPAddr) (tcpAcceptor, error)
+	// dialer dials backends (one for all, with DialTimeout).
+	dialer *net.Dialer
 }
 
 func (o *Options) defaults() {
@@ -73,9 +75,19 @@ func (o *Options) defaults() {
 	defInt(&o.MaxConns, 50000)
 	defInt(&o.MaxUDPFlowsPerLoadBalancer, 10000)
 	defInt(&o.MaxUDPFlows, 50000)
+	// No TCP keep-alive on either side of a proxied connection: both ends
+	// are local processes (the kernel resets their connections when they
+	// go), and setting it up was 8 setsockopt calls per connection.
 	if o.listenTCP == nil {
-		o.listenTCP = func(a *net.TCPAddr) (tcpAcceptor, error) { return net.ListenTCP("tcp", a) }
+		o.listenTCP = func(a *net.TCPAddr) (tcpAcceptor, error) {
+			ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", a.String())
+			if err != nil {
+				return nil, err
+			}
+			return ln.(*net.TCPListener), nil
+		}
 	}
+	o.dialer = &net.Dialer{Timeout: o.DialTimeout, KeepAlive: -1}
 	if o.Fall == 0 {
 		o.Fall = 2
 	}
