@@ -16,8 +16,12 @@ import (
 // --use-service-account-credentials, each controller gets a client of its
 // own ServiceAccount in kube-system, as upstream's CCM gives them
 // (node-controller, service-controller, route-controller), through
-// upstream's client builder (TokenRequest tokens, refreshed).
+// upstream's client builder (TokenRequest tokens, refreshed). Without it,
+// each controller still gets a client of its own, and so its own
+// --kube-api-qps budget, as under upstream's CCM: one busy controller (a
+// burst of joining nodes) does not queue another's writes.
 type clients struct {
+	cfg           *rest.Config
 	write, watch  kubernetes.Interface
 	perController clientbuilder.ControllerClientBuilder
 }
@@ -36,7 +40,7 @@ func newClients(cfg *rest.Config, useServiceAccounts bool) (clients, error) {
 	if err != nil {
 		return clients{}, err
 	}
-	cs := clients{write: write, watch: watch}
+	cs := clients{cfg: cfg, write: write, watch: watch}
 	if useServiceAccounts {
 		cs.perController = clientbuilder.NewDynamicClientBuilder(rest.AnonymousClientConfig(cfg), write.CoreV1(), metav1.NamespaceSystem)
 	}
@@ -44,10 +48,14 @@ func newClients(cfg *rest.Config, useServiceAccounts bool) (clients, error) {
 }
 
 // forController returns the client a controller writes with: its
-// ServiceAccount's with --use-service-account-credentials, else the CCM's.
+// ServiceAccount's with --use-service-account-credentials, else one with
+// the CCM's credentials and a rate limiter of its own.
 func (cs clients) forController(c Controller) (kubernetes.Interface, error) {
-	if cs.perController == nil || c.ClientName == "" {
+	if c.ClientName == "" {
 		return cs.write, nil
+	}
+	if cs.perController == nil {
+		return kubernetes.NewForConfig(cs.cfg)
 	}
 	client, err := cs.perController.Client(c.ClientName)
 	if err != nil {

@@ -17,6 +17,11 @@ func httpTimeout(t *testing.T, c kubernetes.Interface) time.Duration {
 	return rc.Client.Timeout
 }
 
+func limiter(t *testing.T, c kubernetes.Interface) any {
+	t.Helper()
+	return c.CoreV1().RESTClient().(*rest.RESTClient).GetRateLimiter()
+}
+
 // TestWatchClientHasNoRequestTimeout: a whole-request timeout on the
 // informers' client would cut every watch after 30 s and force relists.
 func TestWatchClientHasNoRequestTimeout(t *testing.T) {
@@ -35,8 +40,15 @@ func TestWatchClientHasNoRequestTimeout(t *testing.T) {
 		t.Error("per-controller clients without --use-service-account-credentials")
 	}
 	c, err := cs.forController(Controller{Name: "x", ClientName: "service-controller"})
-	if err != nil || c != cs.write {
-		t.Errorf("forController without service account credentials = %v, %v; want the CCM's client", c, err)
+	if err != nil || c == cs.write {
+		t.Fatalf("forController without service account credentials = %v, %v; want a client of its own", c, err)
+	}
+	if got := httpTimeout(t, c); got != 30*time.Second {
+		t.Errorf("controller client timeout = %v, want 30s", got)
+	}
+	other, _ := cs.forController(Controller{Name: "y", ClientName: "route-controller"})
+	if limiter(t, c) == limiter(t, cs.write) || limiter(t, c) == limiter(t, other) || limiter(t, c) == nil {
+		t.Error("controllers share a rate limiter: one controller's burst would queue another's writes")
 	}
 	if cfg.Timeout != 30*time.Second {
 		t.Error("the caller's config was changed")

@@ -34,8 +34,13 @@ type Options struct {
 	// ConcurrentNodeSyncs: upstream defaults to 1 worker; Portside to 16
 	// (cloud rate limits are honoured through retry-after, per node).
 	ConcurrentNodeSyncs int
-	// ConcurrentServiceSyncs: upstream defaults to 1; Portside to 16, so a
-	// node change reaches hundreds of load balancers in seconds.
+	// ConcurrentServiceSyncs: upstream defaults to 1; Portside to 64, so a
+	// node change reaches a thousand load balancers in about a second. A
+	// worker mostly waits for the cloud (a load-balancer write costs the
+	// cloud's latency, not CPU), so a node change takes about
+	// load balancers × call latency / workers; with 16 workers both the
+	// CCM and the cloud used under a third of a core (docs/benchmarks.md,
+	// issue 19). Cloud throttling is honoured per Service (Retry-After).
 	ConcurrentServiceSyncs int
 	// LoadBalancerClass, when set, makes Portside serve only Services of
 	// that loadBalancerClass, to run beside another implementation.
@@ -91,7 +96,7 @@ func NewOptions() *Options {
 		KubeAPIQPS:                200,
 		KubeAPIBurst:              400,
 		ConcurrentNodeSyncs:       16,
-		ConcurrentServiceSyncs:    16,
+		ConcurrentServiceSyncs:    64,
 		NodeMonitorPeriod:         5 * time.Second,
 		NodeStatusUpdateFrequency: 5 * time.Minute,
 		LeaderElect:               true,
@@ -120,8 +125,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster (default: in-cluster configuration)")
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "controllers to run: '*' for all on by default, 'name' to enable, '-name' to disable")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "the cluster's name; cloud resources are tagged with it")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "client-side QPS limit to the apiserver (upstream: 20)")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "client-side burst to the apiserver (upstream: 30)")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "client-side QPS limit to the apiserver, per controller as upstream's (upstream: 20)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "client-side burst to the apiserver, per controller (upstream: 30)")
 	fs.IntVar(&o.ConcurrentNodeSyncs, "concurrent-node-syncs", o.ConcurrentNodeSyncs, "nodes initialized at once (upstream: 1)")
 	fs.IntVar(&o.ConcurrentServiceSyncs, "concurrent-service-syncs", o.ConcurrentServiceSyncs, "Services synced at once (upstream: 1)")
 	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", o.LoadBalancerClass, "serve only Services of this spec.loadBalancerClass (default: Services without a class)")
