@@ -29,9 +29,7 @@ func trimForCache(obj any) (any, error) {
 	case *corev1.Node:
 		trimNodeStatus(&o.Status)
 	case *corev1.Service:
-		if _, ok := o.Annotations[annotationLastApplied]; ok {
-			delete(o.Annotations, annotationLastApplied)
-		}
+		delete(o.Annotations, annotationLastApplied)
 	}
 	return obj, nil
 }

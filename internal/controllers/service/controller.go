@@ -91,6 +91,9 @@ type Controller struct {
 	// with N nodes costs O(N), not a rescan per node.
 	nodesChanged chan struct{}
 	metrics      *metrics
+	// diffs are the latest host-set differences (hostChanges), newest first.
+	diffMu sync.Mutex
+	diffs  []hostDiff
 	// recomputes counts host-set recomputations (observed by tests only).
 	recomputes atomic.Int64
 }

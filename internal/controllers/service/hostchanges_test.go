@@ -118,3 +118,36 @@ func TestIncrementalHostChanges(t *testing.T) {
 		return c.op == "ensure" && slices.Equal(c.hosts, []string{"n2", "n3", "n4"})
 	})
 }
+
+// The difference between two host sets is computed once, whatever the
+// number of load balancers moving between them, and recognised by the
+// identity of the sets: an equal but distinct set (e.g. with other labels)
+// is computed anew.
+func TestHostChangesComputedOncePerPair(t *testing.T) {
+	h := func(name, ip string) cloud.Host {
+		return cloud.Host{Name: name, ProviderID: "local://" + name, Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}
+	}
+	gen1 := []cloud.Host{h("a", "10.0.0.1")}
+	gen2 := []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}
+	c := &Controller{}
+	add, rem := c.hostChanges(gen1, gen2)
+	if len(add) != 1 || add[0].Name != "b" || len(rem) != 0 {
+		t.Fatalf("add %v remove %v; want add b", add, rem)
+	}
+	again, _ := c.hostChanges(gen1, gen2)
+	if len(c.diffs) != 1 || &again[0] != &add[0] {
+		t.Errorf("the same pair was computed again (%d remembered)", len(c.diffs))
+	}
+	relabeled := slices.Clone(gen1)
+	relabeled[0].Labels = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
+	add, rem = c.hostChanges(relabeled, gen2)
+	if len(add) != 2 || len(rem) != 1 {
+		t.Errorf("from an equal-named but relabeled set: add %v remove %v; want a and b added, a removed", add, rem)
+	}
+	for range 2 * hostDiffsKept {
+		c.hostChanges(slices.Clone(gen1), gen2)
+	}
+	if len(c.diffs) != hostDiffsKept {
+		t.Errorf("%d differences remembered, want at most %d", len(c.diffs), hostDiffsKept)
+	}
+}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,25 +78,63 @@ func (c *Controller) updateHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 
 // changeHosts moves the cloud's host set from prev to hosts: with a
 // provider that changes hosts incrementally, only the difference (O(1)
-// per load balancer for one node), else the whole set. Counted like
-// updateHosts.
+// per load balancer for one node, the difference being computed once per
+// pair of host sets), else the whole set. Counted like updateHosts.
 func (c *Controller) changeHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, prev, hosts []cloud.Host) error {
 	changer, ok := c.cfg.LoadBalancers.(cloud.LoadBalancerHostChanger)
 	if !ok || prev == nil {
 		return c.updateHosts(ctx, spec, hosts)
 	}
-	add, remove := HostChanges(prev, hosts)
+	add, remove := c.hostChanges(prev, hosts)
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
 	}
 	c.metrics.lbSyncs.Inc()
 	start := time.Now()
-	err := changer.ChangeLoadBalancerHosts(ctx, spec, add, remove)
+	err := changer.ChangeLoadBalancerHosts(ctx, spec, slices.Clone(add), slices.Clone(remove))
 	c.metrics.updateHostLatency.Observe(time.Since(start).Seconds())
 	if err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
 		c.metrics.nodeSyncErrors.Inc()
 	}
 	return err
+}
+
+// hostDiff is a computed HostChanges(from, to).
+type hostDiff struct {
+	from, to    []cloud.Host
+	add, remove []cloud.Host
+}
+
+// hostDiffsKept bounds the remembered differences: load balancers are at
+// most a few host-set generations apart.
+const hostDiffsKept = 4
+
+// hostChanges is HostChanges(from, to), computed once per pair of host
+// sets. A host set is shared by every load balancer synced with it and
+// never modified (synced.hosts), so after a node change every load balancer
+// asks for the same pair, which is recognised by identity: O(1) each
+// instead of O(nodes).
+func (c *Controller) hostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
+	c.diffMu.Lock()
+	defer c.diffMu.Unlock()
+	for _, d := range c.diffs {
+		if sameSlice(d.from, from) && sameSlice(d.to, to) {
+			return d.add, d.remove
+		}
+	}
+	add, remove = HostChanges(from, to)
+	if len(c.diffs) < hostDiffsKept {
+		c.diffs = append(c.diffs, hostDiff{})
+	}
+	copy(c.diffs[1:], c.diffs)
+	c.diffs[0] = hostDiff{from: from, to: to, add: add, remove: remove}
+	return add, remove
+}
+
+// sameSlice reports whether a and b are the same slice (same array and
+// length), not merely equal.
+func sameSlice(a, b []cloud.Host) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // beginNodeSync starts timing a node sync (nodesync_latency_seconds): the

@@ -50,3 +50,48 @@ func BenchmarkSetBackends(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*lbs), "µs/lb")
 }
+
+// BenchmarkChangeBackends: one node joining 500 others, as PATCHes of 200
+// load balancers (one backend added to each), 16 clients at once, as the
+// service controller sends them with the incremental host capability.
+// Reported per load balancer.
+func BenchmarkChangeBackends(b *testing.B) {
+	opts := testPools()
+	opts.DataPlane = dataplane.Options{NoHealthChecks: true}
+	srv, err := New(context.Background(), filepath.Join(b.TempDir(), StateFile), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); srv.Close() }()
+	c := client.New(hs.URL, testToken)
+	ctx := context.Background()
+	const lbs, backends = 200, 500
+	hosts := make([]api.Backend, backends)
+	for i := range hosts {
+		hosts[i] = api.Backend{Name: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)}
+	}
+	workqueue.ParallelizeUntil(ctx, 16, lbs, func(i int) {
+		if _, err := c.PutLoadBalancer(ctx, fmt.Sprintf("lb-%d", i), api.LoadBalancerSpec{Cluster: "bench",
+			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 8000 + i, BackendPort: 30000 + i}}, Backends: hosts}); err != nil {
+			b.Error(err)
+		}
+	})
+	before := srv.store.WriteStats()
+	b.ResetTimer()
+	for n := range b.N {
+		add := []api.Backend{{Name: fmt.Sprintf("new-%d", n), Address: fmt.Sprintf("127.78.%d.%d", n/250%250, n%250+1)}}
+		workqueue.ParallelizeUntil(ctx, 16, lbs, func(i int) {
+			if _, err := c.ChangeBackends(ctx, fmt.Sprintf("lb-%d", i), add, nil); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	b.StopTimer()
+	after := srv.store.WriteStats()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*lbs), "µs/lb")
+	commits := float64(after.Commits - before.Commits)
+	b.ReportMetric(float64(after.Updates-before.Updates)/commits, "updates/commit")
+	b.ReportMetric(float64(after.Pages-before.Pages)/commits, "pages/commit")
+	b.ReportMetric(float64((after.WriteTime-before.WriteTime).Microseconds())/commits, "write-µs/commit")
+}

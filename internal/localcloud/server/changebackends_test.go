@@ -164,7 +164,7 @@ func TestLoadBalancersWithBackend(t *testing.T) {
 	for _, tc := range []struct {
 		cluster, addr string
 		all, with     int
-	}{{"c", "127.1.0.1", 2, 2}, {"c", "127.1.0.2", 2, 1}, {"c", "127.1.0.9", 2, 0}, {"other", "127.1.0.1", 0, 0}} {
+	}{{"c", "127.1.0.1", 2, 2}, {"c", "127.1.0.2", 2, 1}, {"c", "127.1.0.9", 2, 0}, {"other", "127.1.0.1", 0, 0}, {"", "127.1.0.2", 2, 1}} {
 		all, with, err := srv.LoadBalancersWithBackend(tc.cluster, tc.addr)
 		if err != nil || all != tc.all || with != tc.with {
 			t.Errorf("%s %s: %d/%d, %v; want %d/%d", tc.cluster, tc.addr, with, all, err, tc.with, tc.all)

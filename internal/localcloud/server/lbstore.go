@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 
 	"github.com/portside-io/portside/internal/localcloud/store"
@@ -107,22 +109,39 @@ func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int
 	return tx.CountIn(store.LBBackends, name), nil
 }
 
-// LoadBalancersWithBackend counts the load balancers of cluster, and those
-// of them that have a backend at addr: a cheap probe (one lookup per load
-// balancer) for benchmarks waiting for a node to reach them all.
+// LoadBalancersWithBackend counts the load balancers of cluster ("": of
+// every cluster), and those of them that have a backend at addr: a cheap
+// probe for benchmarks waiting for a node to reach them all, polled while
+// the load balancers change. One lookup per load balancer; a record is
+// decoded only for its cluster (and only its cluster field), or when it
+// keeps its backends inline.
 func (s *Server) LoadBalancersWithBackend(cluster, addr string) (all, with int, err error) {
 	err = s.store.View(func(tx *store.Tx) error {
-		lbs, err := store.List[api.LoadBalancer](tx, store.LoadBalancers)
-		for _, lb := range lbs {
-			if lb.Cluster != cluster {
-				continue
+		return tx.ForEachRaw(store.LoadBalancers, func(name string, data []byte) error {
+			has := tx.ExistsIn(store.LBBackends, name, addr)
+			grouped := has || tx.HasGroup(store.LBBackends, name)
+			var rec struct {
+				Cluster  string        `json:"cluster"`
+				Backends []api.Backend `json:"backends"`
+			}
+			if cluster != "" || !grouped {
+				if err := json.Unmarshal(data, &rec); err != nil {
+					return fmt.Errorf("corrupt %s record %q: %w", store.LoadBalancers, name, err)
+				}
+				if cluster != "" && rec.Cluster != cluster {
+					return nil
+				}
 			}
 			all++
-			if tx.ExistsIn(store.LBBackends, lb.Name, addr) || slices.ContainsFunc(lb.Backends, func(b api.Backend) bool { return b.Address == addr }) {
+			if has ||
+				!grouped && slices.ContainsFunc(rec.Backends, func(b api.Backend) bool { return b.Address == addr }) {
 				with++
 			}
-		}
-		return err
+			return nil
+		})
 	})
 	return all, with, err
 }
+
+// WriteStats are the store's commit counters (for benchmarks).
+func (s *Server) WriteStats() store.WriteStats { return s.store.WriteStats() }

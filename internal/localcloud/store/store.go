@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -31,7 +32,18 @@ const (
 var kinds = []string{Instances, LoadBalancers, Routes, Volumes, Registries, TokenIssuers, Meta, IPs, RouteCIDRs, LBBackends}
 
 // Store is an open state file.
-type Store struct{ db *bolt.DB }
+type Store struct {
+	db *bolt.DB
+	// group is the group commit's queue (Update).
+	group struct {
+		mu      sync.Mutex
+		pending []call
+		running bool // a committer goroutine is running
+	}
+	// commits and updates committed (WriteStats).
+	statsMu          sync.Mutex
+	commits, updates int
+}
 
 // Open opens (creating if needed) the state file at path. Only one process
 // may hold it. A damaged file is reported (ErrDamaged), with how to recover,
@@ -53,9 +65,6 @@ func Open(path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	// Group commit waits at most 1 ms for company: a lone request pays
-	// little, a burst shares one fsync.
-	db.MaxBatchDelay = time.Millisecond
 	return &Store{db: db}, nil
 }
 
@@ -85,6 +94,25 @@ func createBuckets(db *bolt.DB) error {
 	})
 }
 
+// WriteStats are counters of the store's commits, for benchmarks.
+type WriteStats struct {
+	// Commits is the number of transactions committed, Updates the
+	// number of Update calls they carried.
+	Commits, Updates int
+	// Pages written (dirty pages and the meta page), and the time spent
+	// writing and syncing them.
+	Pages     int64
+	WriteTime time.Duration
+}
+
+// WriteStats returns the counters since the store was opened.
+func (s *Store) WriteStats() WriteStats {
+	st := s.db.Stats()
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return WriteStats{Commits: s.commits, Updates: s.updates, Pages: st.TxStats.GetWrite(), WriteTime: st.TxStats.GetWriteTime()}
+}
+
 // Close closes the state file.
 func (s *Store) Close() error { return s.db.Close() }
 
@@ -93,8 +121,114 @@ func (s *Store) Close() error { return s.db.Close() }
 // together (group commit: one fsync for many requests), so fn may run more
 // than once, including in a transaction that is then rolled back: effects
 // outside the store (the data plane) belong after Update returns nil.
+//
+// The group commit is a single committer: an update that finds it idle is
+// committed at once, alone; updates that come while a commit runs wait
+// for it and are then committed together, all of them. (bbolt's own Batch
+// starts a new batch every MaxBatchDelay while a slow commit runs, each
+// then paying its own fsyncs in turn: when syncs are slow, batches stay
+// small just when they should grow.)
 func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Batch(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	c := call{fn: fn, err: make(chan error, 1)}
+	s.group.mu.Lock()
+	s.group.pending = append(s.group.pending, c)
+	if !s.group.running {
+		s.group.running = true
+		go s.commitLoop()
+	}
+	s.group.mu.Unlock()
+	err := <-c.err
+	if err == errTrySolo {
+		// fn failed in a batch: run it alone, so that its error (or
+		// panic) is its caller's and its writes are rolled back.
+		err = s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+		if err == nil {
+			s.committed(1)
+		}
+	}
+	return err
+}
+
+// maxBatch bounds the updates committed in one transaction.
+const maxBatch = 1000
+
+// call is an update waiting for the committer.
+type call struct {
+	fn  func(*Tx) error
+	err chan error
+}
+
+// errTrySolo tells an update's caller to run it alone.
+var errTrySolo = errors.New("store: update failed in a batch, run it alone")
+
+// commitLoop commits the pending updates, in batches, until none is left.
+func (s *Store) commitLoop() {
+	for {
+		s.group.mu.Lock()
+		calls := s.group.pending
+		if len(calls) > maxBatch {
+			calls, s.group.pending = calls[:maxBatch:maxBatch], calls[maxBatch:]
+		} else {
+			s.group.pending = nil
+		}
+		if len(calls) == 0 {
+			s.group.running = false
+			s.group.mu.Unlock()
+			return
+		}
+		s.group.mu.Unlock()
+		s.commitBatch(calls)
+	}
+}
+
+// commitBatch runs calls in one transaction, as bbolt's Batch does: an
+// update that fails is taken out (its caller runs it alone) and the rest
+// are run again.
+func (s *Store) commitBatch(calls []call) {
+	for len(calls) > 0 {
+		failed := -1
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, c := range calls {
+				if err := safelyCall(c.fn, &Tx{tx: tx}); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 {
+			c := calls[failed]
+			calls[failed], calls = calls[len(calls)-1], calls[:len(calls)-1]
+			c.err <- errTrySolo
+			continue
+		}
+		if err == nil {
+			s.committed(len(calls))
+		}
+		for _, c := range calls {
+			c.err <- err
+		}
+		return
+	}
+}
+
+// safelyCall runs fn, turning a panic into an error (the caller then runs
+// fn alone, where it panics in its own goroutine).
+func safelyCall(fn func(*Tx) error, tx *Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicked{p}
+		}
+	}()
+	return fn(tx)
+}
+
+// committed counts a commit of n updates.
+func (s *Store) committed(n int) {
+	s.statsMu.Lock()
+	s.commits++
+	s.updates += n
+	s.statsMu.Unlock()
 }
 
 // View runs fn in a read-only transaction.
@@ -156,6 +290,17 @@ func List[T any](t *Tx, kind string) ([]T, error) {
 		return nil
 	})
 	return out, err
+}
+
+// ForEachRaw calls fn with every record of kind in key order, undecoded
+// (the data is valid only during fn).
+func (t *Tx) ForEachRaw(kind string, fn func(key string, data []byte) error) error {
+	return t.bucket(kind).ForEach(func(k, data []byte) error {
+		if data == nil {
+			return nil // a nested bucket, not a record
+		}
+		return fn(string(k), data)
+	})
 }
 
 // ErrPoolExhausted means an address pool has no free address.
