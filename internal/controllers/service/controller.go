@@ -170,6 +170,16 @@ func (c *Controller) onService(old, svc *corev1.Service) {
 	}
 	owner := c.owner[svc.UID]
 	st, had := c.state[key]
+	if had && st.spec.UID == svc.UID && st.spec.Object != svc {
+		// Keep the cache's current object, not the one the last sync saw:
+		// else every Service is held twice (the cache replaced that one
+		// when our own status patch came back), which at 10,000 Services
+		// is a quarter of the CCM's memory.
+		spec := *st.spec
+		spec.Object = svc
+		st.spec = &spec
+		c.state[key] = st
+	}
 	c.mu.Unlock()
 	if !WantsLoadBalancer(svc, c.cfg.Class) && !NeedsCleanup(svc, c.cfg.Class, owner) && !(had && st.spec.UID == svc.UID) {
 		return

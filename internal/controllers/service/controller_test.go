@@ -454,3 +454,31 @@ func TestOtherClassServiceWithFinalizerGetsNoCall(t *testing.T) {
 		})
 	}
 }
+
+// TestRememberedSpecFollowsTheCache: what the controller remembers of a
+// synced load balancer points at the informer's current Service, not at
+// the one the last sync saw; else every Service is held twice (the cache
+// replaces that object when the controller's own status patch comes back).
+func TestRememberedSpecFollowsTheCache(t *testing.T) {
+	lb := &fakeLB{}
+	h := startHarness(t, lb, nil, svc(withFinalizer), node("n1", nil))
+	eventually(t, 5*time.Second, "the load balancer", func() bool { return h.remembered("ns/s") })
+	ctx := context.Background()
+	s, err := h.client.CoreV1().Services("ns").Get(ctx, "s", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Labels = map[string]string{"touched": "1"}
+	if _, err := h.client.CoreV1().Services("ns").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the remembered spec to hold the cached Service", func() bool {
+		cached, err := h.c.services.Services("ns").Get("s")
+		if err != nil || cached.Labels["touched"] != "1" {
+			return false
+		}
+		h.c.mu.Lock()
+		defer h.c.mu.Unlock()
+		return h.c.state["ns/s"].spec.Object == cached
+	})
+}
