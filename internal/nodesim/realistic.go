@@ -63,7 +63,7 @@ func makeRealistic(node *corev1.Node) {
 		MachineID: id[:32], SystemUUID: fmt.Sprintf("%s-%s-%s-%s-%s", id[32:40], id[40:44], id[44:48], id[48:52], id[52:64]),
 		BootID:        fmt.Sprintf("%s-%s-%s-%s-%s", id[:8], id[8:12], id[12:16], id[16:20], id[20:32]),
 		KernelVersion: "6.1.0-27-cloud-amd64", OSImage: "Debian GNU/Linux 12 (bookworm)",
-		ContainerRuntimeVersion: "containerd://1.7.24", KubeletVersion: "v1.37.2", KubeProxyVersion: "v1.37.2",
+		ContainerRuntimeVersion: "containerd://1.7.24", KubeletVersion: "v1.37.2",
 		OperatingSystem: "linux", Architecture: "amd64",
 	}
 	st.RuntimeHandlers = []corev1.NodeRuntimeHandler{
