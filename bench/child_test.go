@@ -169,13 +169,9 @@ func runUpstreamRoutes(ctx context.Context, c contender, client kubernetes.Inter
 	if !ok {
 		return fmt.Errorf("provider has no routes")
 	}
-	var cidrs []*net.IPNet
-	for _, s := range strings.Split(c.ClusterCIDR, ",") {
-		_, n, err := net.ParseCIDR(s)
-		if err != nil {
-			return err
-		}
-		cidrs = append(cidrs, n)
+	cidrs, err := parseCIDRs(c.ClusterCIDR)
+	if err != nil {
+		return err
 	}
 	rc, err := routecontroller.New(routes, client, factory.Core().V1().Nodes(), c.ClusterName, cidrs)
 	if err != nil {
@@ -232,13 +228,9 @@ func runUpstreamJoin(ctx context.Context, c contender, cfg *rest.Config, factory
 	if !ok {
 		return fmt.Errorf("provider has no routes")
 	}
-	var cidrs []*net.IPNet
-	for _, s := range strings.Split(c.ClusterCIDR, ",") {
-		_, n, err := net.ParseCIDR(s)
-		if err != nil {
-			return err
-		}
-		cidrs = append(cidrs, n)
+	cidrs, err := parseCIDRs(c.ClusterCIDR)
+	if err != nil {
+		return err
 	}
 	rc, err := routecontroller.New(routes, routeClient, factory.Core().V1().Nodes(), c.ClusterName, cidrs)
 	if err != nil {
@@ -250,4 +242,17 @@ func runUpstreamJoin(ctx context.Context, c contender, cfg *rest.Config, factory
 	go nc.RunWithContext(ctx, metrics)
 	rc.Run(ctx, 10*time.Second, metrics)
 	return nil
+}
+
+// parseCIDRs parses a comma-separated --cluster-cidr.
+func parseCIDRs(list string) ([]*net.IPNet, error) {
+	var cidrs []*net.IPNet
+	for _, s := range strings.Split(list, ",") {
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return nil, err
+		}
+		cidrs = append(cidrs, n)
+	}
+	return cidrs, nil
 }

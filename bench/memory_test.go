@@ -248,20 +248,7 @@ func lbWrites(lc *localcloudtest.Cloud) int64 {
 }
 
 // rssMB reads a process's current resident set size (VmRSS).
-func rssMB(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			var kb float64
-			_, _ = fmt.Sscan(f[1], &kb)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func rssMB(pid int) float64 { return procStatusMB(pid, "VmRSS:") }
 
 // convergedWatch counts initialized nodes and Services with an ingress.
 // Only this run's objects count (mem-node-*, and Services in its

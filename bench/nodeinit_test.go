@@ -221,14 +221,17 @@ func nodeWrites(b *testing.B, client kubernetes.Interface) float64 {
 }
 
 // peakRSSMB reads a process's peak resident set size (VmHWM).
-func peakRSSMB(pid int) float64 {
+func peakRSSMB(pid int) float64 { return procStatusMB(pid, "VmHWM:") }
+
+// procStatusMB reads a field in kB of /proc/<pid>/status, in MB (0 when the
+// process is gone).
+func procStatusMB(pid int, field string) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
