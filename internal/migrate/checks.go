@@ -586,7 +586,6 @@ func (a AccessCheck) String() string {
 func CCMAccessChecks() []AccessCheck {
 	return []AccessCheck{
 		{Verb: "list", Resource: "nodes"},
-		{Verb: "update", Resource: "nodes"},
 		{Verb: "patch", Resource: "nodes"},
 		{Verb: "patch", Resource: "nodes", Subresource: "status"},
 		{Verb: "list", Resource: "services"},

@@ -306,8 +306,8 @@ func TestCCMAccess(t *testing.T) {
 	}
 	want(t, CCMAccess(true, all), "", "", nil)
 	some := slices.Clone(all)
-	some[3].Allowed = false
-	some[9].Allowed, some[9].Err = false, "forbidden"
+	some[2].Allowed = false
+	some[8].Allowed, some[8].Err = false, "forbidden"
 	want(t, CCMAccess(true, some), "ccm-rbac-missing", Blocking, []string{"patch nodes/status",
 		"update leases.coordination.k8s.io kube-system/cloud-controller-manager (not checked: forbidden)"})
 	want(t, CCMAccess(false, all), "ccm-rbac-missing", Blocking, []string{"ServiceAccount kube-system/cloud-controller-manager does not exist"})
