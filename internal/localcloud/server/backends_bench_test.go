@@ -18,27 +18,9 @@ import (
 // 501 backends each, 16 clients at once (what a CCM does when a node joins a
 // large cluster). Reported per load balancer.
 func BenchmarkSetBackends(b *testing.B) {
-	opts := testPools()
-	opts.DataPlane = dataplane.Options{NoHealthChecks: true} // as the LB benchmark: only the API path
-	srv, err := New(context.Background(), filepath.Join(b.TempDir(), StateFile), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer func() { hs.Close(); srv.Close() }()
-	c := client.New(hs.URL, testToken)
-	ctx := context.Background()
 	const lbs, backends = 100, 500
-	hosts := make([]api.Backend, backends)
-	for i := range hosts {
-		hosts[i] = api.Backend{Name: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)}
-	}
-	for i := range lbs {
-		if _, err := c.PutLoadBalancer(ctx, fmt.Sprintf("lb-%d", i), api.LoadBalancerSpec{Cluster: "bench",
-			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 8000 + i, BackendPort: 30000 + i}}, Backends: hosts}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	_, c, hosts := benchLoadBalancers(b, lbs, backends)
+	ctx := context.Background()
 	b.ResetTimer()
 	for n := range b.N {
 		next := append(hosts[:backends:backends], api.Backend{Name: fmt.Sprintf("new-%d", n), Address: fmt.Sprintf("127.78.0.%d", n%250+1)})
@@ -56,27 +38,9 @@ func BenchmarkSetBackends(b *testing.B) {
 // service controller sends them with the incremental host capability.
 // Reported per load balancer.
 func BenchmarkChangeBackends(b *testing.B) {
-	opts := testPools()
-	opts.DataPlane = dataplane.Options{NoHealthChecks: true}
-	srv, err := New(context.Background(), filepath.Join(b.TempDir(), StateFile), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer func() { hs.Close(); srv.Close() }()
-	c := client.New(hs.URL, testToken)
+	const lbs = 200
+	srv, c, _ := benchLoadBalancers(b, lbs, 500)
 	ctx := context.Background()
-	const lbs, backends = 200, 500
-	hosts := make([]api.Backend, backends)
-	for i := range hosts {
-		hosts[i] = api.Backend{Name: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)}
-	}
-	workqueue.ParallelizeUntil(ctx, 16, lbs, func(i int) {
-		if _, err := c.PutLoadBalancer(ctx, fmt.Sprintf("lb-%d", i), api.LoadBalancerSpec{Cluster: "bench",
-			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 8000 + i, BackendPort: 30000 + i}}, Backends: hosts}); err != nil {
-			b.Error(err)
-		}
-	})
 	before := srv.store.WriteStats()
 	b.ResetTimer()
 	for n := range b.N {
@@ -94,4 +58,30 @@ func BenchmarkChangeBackends(b *testing.B) {
 	b.ReportMetric(float64(after.Updates-before.Updates)/commits, "updates/commit")
 	b.ReportMetric(float64(after.Pages-before.Pages)/commits, "pages/commit")
 	b.ReportMetric(float64((after.WriteTime-before.WriteTime).Microseconds())/commits, "write-µs/commit")
+}
+
+// benchLoadBalancers starts a cloud without health checks (only the API
+// path is measured) with lbs load balancers of the same backends hosts.
+func benchLoadBalancers(b *testing.B, lbs, backends int) (*Server, *client.Client, []api.Backend) {
+	opts := testPools()
+	opts.DataPlane = dataplane.Options{NoHealthChecks: true}
+	srv, err := New(context.Background(), filepath.Join(b.TempDir(), StateFile), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	b.Cleanup(func() { hs.Close(); srv.Close() })
+	c := client.New(hs.URL, testToken)
+	ctx := context.Background()
+	hosts := make([]api.Backend, backends)
+	for i := range hosts {
+		hosts[i] = api.Backend{Name: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)}
+	}
+	workqueue.ParallelizeUntil(ctx, 16, lbs, func(i int) {
+		if _, err := c.PutLoadBalancer(ctx, fmt.Sprintf("lb-%d", i), api.LoadBalancerSpec{Cluster: "bench",
+			Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 8000 + i, BackendPort: 30000 + i}}, Backends: hosts}); err != nil {
+			b.Error(err)
+		}
+	})
+	return srv, c, hosts
 }
