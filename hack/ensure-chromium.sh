@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Installs Debian's chromium, once, for the web console's browser tests
-# (internal/browsertest). Never fails the build: without a browser those
-# tests skip and say why.
+# (internal/browsertest). Outside CI it never fails the build: without a
+# browser those tests skip and say why. Under CI (CI=true) a missing browser
+# fails here, as the browser tests themselves would (internal/testskip).
 set -uo pipefail
 for b in "${PORTSIDE_CHROMIUM:-}" chromium chromium-browser google-chrome; do
 	if [[ -n "$b" ]] && command -v "$b" >/dev/null 2>&1; then
 		exit 0
 	fi
 done
-skip() { echo "ensure-chromium: $1: the browser tests will skip (install Chromium, or set PORTSIDE_CHROMIUM)" >&2; exit 0; }
+skip() {
+	case "${CI:-}" in
+	true | TRUE | True | 1 | t | T)
+		echo "ensure-chromium: $1: CI=true, and the browser tests fail without Chromium (install it, or set PORTSIDE_CHROMIUM)" >&2
+		exit 1
+		;;
+	esac
+	echo "ensure-chromium: $1: the browser tests will skip (install Chromium, or set PORTSIDE_CHROMIUM)" >&2
+	exit 0
+}
 command -v apt-get >/dev/null 2>&1 || skip "no apt-get"
 sudo=()
 if [[ "$(id -u)" != 0 ]]; then

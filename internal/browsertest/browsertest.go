@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/portside-io/portside/internal/testskip"
 )
 
 // Find returns the Chromium binary: $PORTSIDE_CHROMIUM, else chromium,
@@ -33,7 +35,7 @@ func New(t testing.TB) context.Context {
 	t.Helper()
 	bin, ok := Find()
 	if !ok {
-		t.Skip("no Chromium: run hack/ensure-chromium.sh (apt-get install chromium; `make test` runs it) or set PORTSIDE_CHROMIUM to a Chrome/Chromium binary")
+		testskip.Unavailable(t, "no Chromium: run hack/ensure-chromium.sh (apt-get install chromium; `make test` runs it) or set PORTSIDE_CHROMIUM to a Chrome/Chromium binary")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/testskip"
 )
 
 func TestStopKillsWholeGroup(t *testing.T) {
@@ -118,12 +120,13 @@ func TestStopSparesReusedGroupID(t *testing.T) {
 }
 
 // reusePID starts `sleep 60` as a process group leader with PID pid and
-// returns a channel closed when it exits; it skips when it cannot.
+// returns a channel closed when it exits; when it cannot, the test skips
+// (fails under CI: testskip).
 func reusePID(t *testing.T, pid int) <-chan struct{} {
 	t.Helper()
-	for range 20 {
+	for range 50 {
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Skipf("cannot choose the next PID: %v", err)
+			testskip.Unavailable(t, "cannot choose the next PID (needs root to write /proc/sys/kernel/ns_last_pid): %v", err)
 		}
 		cmd := exec.Command("sleep", "60")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -138,7 +141,7 @@ func reusePID(t *testing.T, pid int) <-chan struct{} {
 		}
 		_ = cmd.Process.Kill() // another process took the PID first
 	}
-	t.Skip("could not get the PID again")
+	testskip.Unavailable(t, "could not get PID %d again in 50 tries (other processes took it)", pid)
 	return nil
 }
 
