@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,10 +82,22 @@ func TestStoppedInstanceFailsHealthChecks(t *testing.T) {
 
 	closeCloud()
 	s, c, closeCloud = open()
-	time.Sleep(500 * time.Millisecond) // several checks
-	if healthy(s) {
-		t.Fatal("after a restart, the stopped instance's backend is healthy")
+	// A restarted cloud's backends start healthy and only a check can mark
+	// them otherwise, so the proof is a check that ran after the restart and
+	// found the instance stopped (its listener still answers: a check that
+	// did not know would pass), then the backend out of rotation.
+	var h api.BackendHealth
+	wait("a health check after the restart", func() bool {
+		lh, ok := s.plane.Health("lb")
+		if ok && len(lh.Backends) == 1 {
+			h = lh.Backends[0]
+		}
+		return !h.LastChecked.IsZero()
+	})
+	if !strings.Contains(h.LastError, "instance is stopped") {
+		t.Fatalf("after a restart, a check of the stopped instance's backend got %q, want the stopped instance's error", h.LastError)
 	}
+	wait("backend unhealthy after the restart", func() bool { return !healthy(s) })
 	if _, err := c.StartInstance(ctx, inst.ID); err != nil {
 		t.Fatal(err)
 	}
