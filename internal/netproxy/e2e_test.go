@@ -116,7 +116,29 @@ func startStack(t *testing.T, serverLegacy, agentLegacy bool, so server.Options)
 	a, stop := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "agent-1",
 		DisableStreams: agentLegacy})
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
+	assertProtocol(t, s, a, !serverLegacy && !agentLegacy)
 	return &stack{srv: s, uds: so.UDSName, agent: a, stop: stop}
+}
+
+// assertProtocol fails unless the agent's one control stream negotiated
+// the protocol the mode is named after, on both ends: either protocol
+// carries bytes correctly, so without this a streams-v1 case that fell
+// back to upstream's protocol would pass unnoticed.
+func assertProtocol(t testing.TB, s *server.Server, a *agent.Agent, wantV1 bool) {
+	t.Helper()
+	want := 0
+	if wantV1 {
+		want = 1
+	}
+	// The agent records its session once it has read the server's
+	// headers, a moment after the server counts the agent.
+	netproxytest.Eventually(t, 5*time.Second, func() bool { _, held := a.StreamsV1(); return held == 1 }, "agent session")
+	if v1, _ := a.StreamsV1(); v1 != want {
+		t.Fatalf("agent: %d of 1 control stream negotiated streams-v1, want %d", v1, want)
+	}
+	if got := s.StreamsV1Agents(); got != want || s.AgentCount() != 1 {
+		t.Fatalf("server: %d of %d agents negotiated streams-v1, want %d of 1", got, s.AgentCount(), want)
+	}
 }
 
 func TestGRPCFrontendEcho(t *testing.T) {

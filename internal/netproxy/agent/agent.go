@@ -249,6 +249,21 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	}
 }
 
+// StreamsV1 is how many of the control streams held negotiated streams-v1
+// (a stream per connection, the others being upstream's single-stream
+// protocol), and how many are held. Both protocols carry bytes correctly,
+// so a test of one cannot tell from the traffic alone which one it ran.
+func (a *Agent) StreamsV1() (v1, held int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.sessions {
+		if s.v1 {
+			v1++
+		}
+	}
+	return v1, len(a.sessions)
+}
+
 func (a *Agent) counts() (held, want int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

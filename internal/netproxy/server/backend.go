@@ -156,6 +156,17 @@ func (r *registry) len() int {
 	return len(r.list)
 }
 
+func (r *registry) streamsV1() (n int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, b := range r.list {
+		if b.streamsV1 {
+			n++
+		}
+	}
+	return n
+}
+
 // choose applies the routing decision to the current backends.
 func (r *registry) choose(strategies []Strategy, address string) (*backend, Strategy) {
 	r.mu.RLock()

@@ -229,6 +229,12 @@ func (s *Server) serverCount() int {
 // AgentCount is the number of connected agent control streams.
 func (s *Server) AgentCount() int { return s.backends.len() }
 
+// StreamsV1Agents is how many of the connected agent control streams
+// negotiated streams-v1 (a stream per connection); the others speak
+// upstream's single-stream protocol. Both carry bytes correctly, so a test
+// of one protocol cannot tell from the traffic alone which one it ran.
+func (s *Server) StreamsV1Agents() int { return s.backends.streamsV1() }
+
 // Ready is true while the server has an agent and is not shutting down.
 func (s *Server) Ready() bool { return !s.stopping.Load() && s.backends.len() > 0 }
 
