@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,11 +134,45 @@ func TestInitPatches(t *testing.T) {
 	}
 }
 
+// equalNodes compares what the patches write or must keep. Taints are
+// compared by content, in order: a patch that leaves the uninitialized
+// taint and drops another one keeps their count.
 func equalNodes(a, b *corev1.Node) bool {
-	return a.Spec.ProviderID == b.Spec.ProviderID && len(a.Spec.Taints) == len(b.Spec.Taints) &&
+	return a.Spec.ProviderID == b.Spec.ProviderID && equalTaints(a.Spec.Taints, b.Spec.Taints) &&
 		mapsEqual(a.Labels, b.Labels) && mapsEqual(a.Annotations, b.Annotations) &&
-		len(a.Status.Images) == len(b.Status.Images) && len(a.Status.Conditions) == len(b.Status.Conditions) &&
+		len(a.Status.Images) == len(b.Status.Images) && equalConditions(a.Status.Conditions, b.Status.Conditions) &&
 		equalAddresses(a.Status.Addresses, b.Status.Addresses)
+}
+
+func equalTaints(a, b []corev1.Taint) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Taint) bool {
+		return x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect
+	})
+}
+
+func equalConditions(a, b []corev1.NodeCondition) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.NodeCondition) bool { return x.Type == y.Type && x.Status == y.Status })
+}
+
+// TestEqualNodesComparesTaintContents: the comparison of TestInitPatches
+// tells taints apart by key, value and effect, not only by count.
+func TestEqualNodesComparesTaintContents(t *testing.T) {
+	node := func(taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Taints: taints}}
+	}
+	want := corev1.Taint{Key: "example.com/dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+	if !equalNodes(node(want), node(want)) {
+		t.Fatal("equal nodes compare unequal")
+	}
+	for name, got := range map[string]corev1.Taint{
+		"key":    {Key: TaintUninitialized, Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+		"value":  {Key: want.Key, Value: "cpu", Effect: corev1.TaintEffectNoSchedule},
+		"effect": {Key: want.Key, Value: "gpu", Effect: corev1.TaintEffectNoExecute},
+	} {
+		if equalNodes(node(got), node(want)) {
+			t.Errorf("taints differing only in %s compare equal: %+v vs %+v", name, got, want)
+		}
+	}
 }
 
 func mapsEqual(a, b map[string]string) bool {
