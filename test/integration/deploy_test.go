@@ -101,6 +101,8 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"update", "leases/kube-controller-manager", "-n", "kube-system"}, "no"},
 		{[]string{"delete", "services"}, "no"},
 		{[]string{"get", "secrets", "-A"}, "no"},
+		{[]string{"list", "secrets", "-A"}, "no"},
+		{[]string{"watch", "secrets", "-A"}, "no"},
 		{[]string{"create", "pods", "-A"}, "no"},
 	} {
 		out, _ := kubectl(t, append([]string{"auth", "can-i", sa}, tc.args...)...)
