@@ -129,6 +129,18 @@ func lbSetup(tb testing.TB, nNodes int) (kubernetes.Interface, *localcloudtest.C
 	if err := sim.Register(ctx, specs[:nNodes]); err != nil {
 		tb.Fatal(err)
 	}
+	// The nodes go with the test: later tests of the package (or this one
+	// again, with -count) must not meet them.
+	tb.Cleanup(func() {
+		names := make([]string, len(specs))
+		for i, s := range specs {
+			names[i] = s.Name
+		}
+		if err := sim.Delete(context.Background(), names); err != nil {
+			tb.Errorf("deleting the nodes: %v", err)
+		}
+		waitNoNodes(tb, client, names)
+	})
 	// Every write of a load balancer takes 10 ms, incremental backend
 	// changes (PATCH, Portside's provider) as full ones (PUT).
 	if err := lc.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{
