@@ -255,8 +255,9 @@ func TestGRPCFrontendTLS(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	pki := netproxytest.NewPKI(t)
 	s := netproxytest.StartServer(t, server.Options{FrontendTLS: pki.ServerTLS(t)})
-	netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "a"})
+	a, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "a"})
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
+	assertProtocol(t, s, a, true)
 	dial := func(cfg *tls.Config) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

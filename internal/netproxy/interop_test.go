@@ -66,6 +66,11 @@ func TestInteropUpstreamAgent(t *testing.T) {
 	cs.Serve()
 	t.Cleanup(func() { close(stop) })
 	netproxytest.Eventually(t, 10*time.Second, s.Ready, "upstream agent connected")
+	// An upstream agent never asks for streams-v1; the server must not
+	// have assumed it.
+	if n := s.StreamsV1Agents(); n != 0 {
+		t.Fatalf("%d upstream agents on streams-v1, want 0", n)
+	}
 	manyEchoes(t, uds, echo, 32, 256<<10)
 }
 
@@ -92,5 +97,10 @@ func TestInteropUpstreamServer(t *testing.T) {
 
 	a, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: agentLn.Addr().String(), AgentID: "portside-agent"})
 	netproxytest.Eventually(t, 10*time.Second, func() bool { return len(a.ServerIDs()) == 1 }, "agent connected to the upstream server")
+	// An upstream server never answers the streams-v1 offer: the agent
+	// speaks upstream's protocol.
+	if v1, held := a.StreamsV1(); v1 != 0 || held != 1 {
+		t.Fatalf("agent on streams-v1 with %d of %d upstream servers, want 0 of 1", v1, held)
+	}
 	manyEchoes(t, uds, echo, 32, 256<<10)
 }

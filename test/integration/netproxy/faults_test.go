@@ -99,18 +99,26 @@ func (e *faultEnv) startAgent(id string, port int, extra ...string) *proxyProc {
 // through it, as kube-apiserver does.
 func dial(ctx context.Context, t *testing.T, uds, addr string) (net.Conn, error) {
 	t.Helper()
+	c, _, err := dialTunnel(ctx, t, uds, addr)
+	return c, err
+}
+
+// dialTunnel is dial, also returning the tunnel (its Done tells whether
+// konnectivity-client has given it up).
+func dialTunnel(ctx context.Context, t *testing.T, uds, addr string) (net.Conn, client.Tunnel, error) {
+	t.Helper()
 	// The tunnel lives until its connection closes, or the test ends.
 	tunnelCtx, cancel := context.WithCancel(context.Background())
 	tun, err := client.CreateSingleUseGrpcTunnelWithContext(ctx, tunnelCtx, "unix://"+uds,
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("creating the tunnel: %w", err)
+		return nil, nil, fmt.Errorf("creating the tunnel: %w", err)
 	}
 	c, err := tun.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		cancel()
-		return nil, err
+		return nil, nil, err
 	}
 	t.Cleanup(func() {
 		// Ending the tunnel first spares Close its wait (up to 10s) for a
@@ -118,7 +126,7 @@ func dial(ctx context.Context, t *testing.T, uds, addr string) (net.Conn, error)
 		cancel()
 		_ = c.Close()
 	})
-	return c, nil
+	return c, tun, nil
 }
 
 // echoOnce writes a line to c and reads it back, within timeout.
@@ -648,6 +656,7 @@ func TestConcurrentBulk(t *testing.T) {
 		server := e.startServer(cfg)
 		e.startAgent("a1", cfg.AgentPort)
 		server.waitReady(t, 15*time.Second)
+		assertProtocol(t, e.combo, server)
 
 		began := time.Now()
 		errs := make(chan error, conns)
@@ -911,15 +920,32 @@ func TestServerGracefulShutdown(t *testing.T) {
 	}
 }
 
+// clientReadTimeout is konnectivity-client's readTimeoutSeconds: a tunnel
+// whose reader leaves a DATA packet undelivered that long is closed, which
+// resets its stream and so frees whatever that stream was holding up. A
+// head-of-line test must get its answer well before it, or a blocked
+// connection is freed by the client and looks unblocked.
+const clientReadTimeout = 10 * time.Second
+
 // TestNoHeadOfLineBlocking: a connection whose frontend stops reading while
 // its destination keeps sending (a stalled `kubectl logs -f` reader) does not
 // hold up other connections through the same agent and server. Portside's
 // server and agent carry each connection on a stream of its own; upstream's
 // protocol multiplexes all of an agent's connections on one stream, so a
 // combination with an upstream side is expected to block (logged, not
-// failed: upstream's client gives the stalled tunnel up after its 10s read
-// timeout).
+// failed). The proof for Portside: the other connection answers within a
+// budget ending seconds before konnectivity-client's read timeout (which
+// would free a blocked stream by closing the stalled tunnel), and the
+// stalled tunnel is still open afterwards, carrying data once read again.
 func TestNoHeadOfLineBlocking(t *testing.T) {
+	const (
+		settle = 2 * time.Second // for every buffer on the way to fill
+		// budget is for a dial and an echo on loopback (milliseconds when
+		// unblocked), generous for a loaded 2-core machine, and ends
+		// clientReadTimeout-settle-budget = 4s before the client's
+		// timeout could free a blocked stream.
+		budget = 4 * time.Second
+	)
 	forEachCombo(t, func(t *testing.T, e *faultEnv) {
 		// The firehose waits for the client's first byte, as a TLS server
 		// does: a destination that speaks first loses its first bytes to a
@@ -943,7 +969,7 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		stalled, err := dial(ctx, t, cfg.UDS, firehose)
+		stalled, stalledTun, err := dialTunnel(ctx, t, cfg.UDS, firehose)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -953,14 +979,11 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 		if _, err := io.ReadFull(stalled, make([]byte, 1<<20)); err != nil {
 			t.Fatalf("reading the firehose: %v", err)
 		}
-		// Stop reading; let every buffer on the way fill.
-		time.Sleep(2 * time.Second)
+		// Stop reading; the client's read timeout starts about now.
+		stalledAt := time.Now()
+		time.Sleep(settle)
 
 		portside := e.combo.server == kindPortside && e.combo.agent == kindPortside
-		budget := 3 * time.Second
-		if portside {
-			budget = 10 * time.Second
-		}
 		began := time.Now()
 		err = func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -972,13 +995,43 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 			defer func() { _ = c.Close() }()
 			return echoOnce(c, "beside a stalled connection", budget-time.Since(began))
 		}()
-		switch {
-		case err == nil:
-			t.Logf("a connection beside a stalled one answered in %v", time.Since(began).Round(time.Millisecond))
-		case portside:
-			t.Fatalf("a connection beside a stalled one (Portside's per-connection streams): %v", err)
-		default:
-			t.Logf("with upstream's single-stream protocol, a connection beside a stalled one blocks (%v)", err)
+		answered := time.Since(stalledAt)
+		if !portside {
+			if err == nil {
+				t.Logf("a connection beside a stalled one answered in %v", time.Since(began).Round(time.Millisecond))
+			} else {
+				t.Logf("with upstream's single-stream protocol, a connection beside a stalled one blocks (%v)", err)
+			}
+			return
 		}
+		if err != nil {
+			t.Fatalf("a connection beside a stalled one (Portside's per-connection streams): %v", err)
+		}
+		t.Logf("a connection beside a stalled one answered in %v", time.Since(began).Round(time.Millisecond))
+		select {
+		case <-stalledTun.Done():
+			t.Fatalf("the stalled tunnel was closed (konnectivity-client's read timeout?) before the other connection answered: nothing was proven")
+		default:
+		}
+		// Even so, past the client's read timeout the answer proves nothing: the
+		// client may have freed a blocked stream by then (an overloaded
+		// machine oversleeping the settle time).
+		if answered >= clientReadTimeout-time.Second {
+			t.Fatalf("answered %v after the stall, too close to konnectivity-client's %v read timeout to prove anything", answered.Round(time.Millisecond), clientReadTimeout)
+		}
+		// The stalled connection was held, not dropped: read again, it
+		// carries the firehose on.
+		readErr := make(chan error, 1)
+		go func() { _, err := io.ReadFull(stalled, make([]byte, 4<<20)); readErr <- err }()
+		select {
+		case err := <-readErr:
+			if err != nil {
+				t.Fatalf("the stalled connection, read again: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the stalled connection carries nothing once read again")
+		}
+		// The mode the combination is named after.
+		assertProtocol(t, e.combo, server)
 	})
 }

@@ -208,6 +208,7 @@ func runEgressScenario(t *testing.T, combo proxyCombo, cp *controlplane.ControlP
 	owners.setAgent(agent)
 	agent.waitReady(t, 30*time.Second)
 	server.waitReady(t, 30*time.Second)
+	assertProtocol(t, combo, server)
 	dialsBefore := agentImpl.agentDials(agent.metrics(t))
 
 	var logs string

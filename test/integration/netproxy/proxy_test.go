@@ -313,6 +313,24 @@ func httpGet(url string) (string, int, error) {
 	return b.String(), resp.StatusCode, sc.Err()
 }
 
+// assertProtocol waits until a Portside server has its one agent on the
+// protocol the combination is named after: Portside's streams-v1 with a
+// Portside agent, upstream's with upstream's. Both carry bytes correctly,
+// so a Portside pair that fell back to upstream's protocol would otherwise
+// pass unnoticed. (Upstream's server has no such metric, and speaks only
+// upstream's protocol.)
+func assertProtocol(t *testing.T, combo proxyCombo, server *proxyProc) {
+	t.Helper()
+	if combo.server != kindPortside {
+		return
+	}
+	want := 0.0
+	if combo.agent == kindPortside {
+		want = 1
+	}
+	waitMetric(t, server, "konnectivity_network_proxy_server_portside_streams_v1_backends", want, 10*time.Second)
+}
+
 // metricValue sums the samples of a metric (all label sets) in Prometheus
 // text format.
 func metricValue(text, name string) float64 {
