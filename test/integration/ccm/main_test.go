@@ -25,7 +25,24 @@ import (
 	_ "github.com/portside-io/portside/pkg/providers/local" // registers "local"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain runs the tests on the package's control plane, then stops the
+// package's CCM and cloud and removes their directory (state, the cloud's
+// token), whether the tests passed or not.
+func TestMain(m *testing.M) {
+	code := testenv.Run(m)
+	fixMu.Lock()
+	defer fixMu.Unlock()
+	for i := len(fixStops) - 1; i >= 0; i-- { // the CCM before the cloud it calls
+		fixStops[i]()
+	}
+	if fixDir != "" {
+		if err := os.RemoveAll(fixDir); err != nil {
+			fmt.Fprintln(os.Stderr, "ccm tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 type fixture struct {
 	cloud   *localcloudtest.Cloud
@@ -71,7 +88,21 @@ func (f *fixture) restartCCM(t *testing.T, between func()) {
 var (
 	fixOnce sync.Once
 	fix     *fixture
+
+	// What TestMain cleans up: the fixture's directory and its stop
+	// functions, in start order (recorded as soon as each exists, so a
+	// fixture that failed half-way is cleaned up too).
+	fixMu    sync.Mutex
+	fixDir   string
+	fixStops []func()
 )
+
+// atExit records a stop function for TestMain.
+func atExit(stop func()) {
+	fixMu.Lock()
+	defer fixMu.Unlock()
+	fixStops = append(fixStops, stop)
+}
 
 // env starts the package's cloud and CCM once.
 func env(t *testing.T) *fixture {
@@ -82,10 +113,14 @@ func env(t *testing.T) *fixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lc, _, err := localcloudtest.StartDetached(dir) // lives as long as the test binary
+		fixMu.Lock()
+		fixDir = dir
+		fixMu.Unlock()
+		lc, stopCloud, err := localcloudtest.StartDetached(dir) // lives as long as the test binary
 		if err != nil {
 			t.Fatal(err)
 		}
+		atExit(stopCloud)
 		cfg := filepath.Join(dir, "cloud.yaml")
 		if err := os.WriteFile(cfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
 			t.Fatal(err)
@@ -97,9 +132,13 @@ func env(t *testing.T) *fixture {
 		o.NodeMonitorPeriod = 300 * time.Millisecond
 		o.NodeStatusUpdateFrequency = time.Second
 		metrics, stop := startCCM(t, o)
+		proxyCtx, stopProxy := context.WithCancel(context.Background())
 		proxy := nodesim.NewProxyStandIn(client)
-		go proxy.Run(context.Background())
+		go proxy.Run(proxyCtx)
 		fix = &fixture{cloud: lc, client: client, sim: nodesim.New(client, 8), proxy: proxy, metrics: metrics, opts: o, stopCCM: stop}
+		// restartCCM replaces stopCCM: stop whichever CCM runs at the end.
+		atExit(func() { fix.stopCCM() })
+		atExit(stopProxy)
 	})
 	if fix == nil {
 		t.Fatal("fixture failed to start")

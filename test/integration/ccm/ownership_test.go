@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,14 +25,50 @@ import (
 	"github.com/portside-io/portside/internal/manager"
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+	"github.com/portside-io/portside/pkg/providers/local"
 )
 
 // callLog is a recording proxy in front of the test cloud: it tells which
-// CCM made which cloud call.
+// CCM made which cloud call, when, and what the cloud answered.
 type callLog struct {
 	mu    sync.Mutex
-	calls []string
+	calls []call
 	srv   *httptest.Server
+}
+
+// call is one request through the proxy.
+type call struct {
+	at           time.Time // when it arrived
+	took         time.Duration
+	method, path string
+	// status answered; 502 when the caller gave up (timed out) before the
+	// cloud answered.
+	status int
+}
+
+func (c call) String() string {
+	return fmt.Sprintf("%s %s %d at %s (%v)", c.method, c.path, c.status, c.at.Format("15:04:05.000"), c.took.Round(time.Millisecond))
+}
+
+// statusWriter keeps the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 func (f *fixture) recordingProxy(t *testing.T) *callLog {
@@ -39,26 +76,44 @@ func (f *fixture) recordingProxy(t *testing.T) *callLog {
 	target, _ := url.Parse(f.cloud.Endpoint)
 	l := &callLog{}
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	// A caller that times out cancels its request: that is expected here,
+	// not worth the proxy's log line.
+	proxy.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
 	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		proxy.ServeHTTP(sw, r)
 		l.mu.Lock()
-		l.calls = append(l.calls, r.Method+" "+r.URL.Path)
+		l.calls = append(l.calls, call{at: start, took: time.Since(start), method: r.Method, path: r.URL.Path, status: sw.status})
 		l.mu.Unlock()
-		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(l.srv.Close)
 	return l
 }
 
-// mentioning returns the calls whose path names the load balancer name.
+// mentioning returns the calls ("METHOD path") whose path names the load
+// balancer name.
 func (l *callLog) mentioning(name string) []string {
+	var out []string
+	for _, c := range l.matching("", name) {
+		out = append(out, c.method+" "+c.path)
+	}
+	return out
+}
+
+// matching returns the finished calls of method ("": any) whose path
+// contains part, oldest first.
+func (l *callLog) matching(method, part string) []call {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []string
+	var out []call
 	for _, c := range l.calls {
-		if strings.Contains(c, name) {
+		if (method == "" || c.method == method) && strings.Contains(c.path, part) {
 			out = append(out, c)
 		}
 	}
+	// Recorded when they finish: order by arrival.
+	slices.SortFunc(out, func(a, b call) int { return a.at.Compare(b.at) })
 	return out
 }
 
@@ -76,13 +131,22 @@ func (f *fixture) cloudConfig(t *testing.T, endpoint string) string {
 // the end of the test.
 func (f *fixture) serviceCCM(t *testing.T, kubeconfig, cloudConfig string, mut func(*manager.Options)) func() {
 	t.Helper()
+	return f.extraCCM(t, kubeconfig, cloudConfig, func(o *manager.Options) {
+		o.Controllers = []string{"service"}
+		if mut != nil {
+			mut(o)
+		}
+	})
+}
+
+// extraCCM starts a CCM of the test's own beside the package's (mut picks
+// its controllers), stopped at the end of the test or by the returned func.
+func (f *fixture) extraCCM(t *testing.T, kubeconfig, cloudConfig string, mut func(*manager.Options)) func() {
+	t.Helper()
 	o := manager.NewOptions()
 	o.CloudProvider, o.CloudConfig, o.Kubeconfig = "local", cloudConfig, kubeconfig
 	o.LeaderElect, o.SecurePort, o.BindAddress = false, 0, "127.0.0.1"
-	o.Controllers = []string{"service"}
-	if mut != nil {
-		mut(o)
-	}
+	mut(o)
 	_, stop := startCCM(t, o)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(stop) })
@@ -274,10 +338,30 @@ func twoClusters(t *testing.T, nameB string) {
 	if err := clientB.CoreV1().Services("default").Delete(ctx, "twin-gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// And one orphan each that is provably that cluster's (its cluster UID,
+	// a Service that does not exist there), named to sort after every other
+	// load balancer here: the cloud lists them by name and a collector
+	// decides one after the other, so once it is gone that collector's pass
+	// has looked at all the others.
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	orphanA, orphanB := "zz-orphan-a-"+run, "zz-orphan-b-"+run
+	clusterB := f.opts.ClusterName
+	if nameB != "" {
+		clusterB = nameB
+	}
+	f.plantOrphan(t, orphanA, f.opts.ClusterName, clusterUID(t, f.client))
+	f.plantOrphan(t, orphanB, clusterB, clusterUID(t, clientB))
 	f.serviceCCM(t, cpB.KubeconfigPath, f.cloudConfig(t, f.cloud.Endpoint), named)
 	f.restartCCM(t, func() {})
+	gone := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			_, err := f.cloud.Client.GetLoadBalancer(ctx, name)
+			return client.IsNotFound(err), fmt.Sprint(err)
+		}
+	}
 	eventually(t, 20*time.Second, "B's own orphan collected", func() (bool, string) { return !f.lbExists(t, goneB.UID), "still there" })
-	time.Sleep(2 * time.Second) // both collectors have finished their first pass
+	eventually(t, 20*time.Second, "B's collector through its pass (its last orphan collected)", gone(orphanB))
+	eventually(t, 20*time.Second, "A's collector through its pass (its last orphan collected)", gone(orphanA))
 	for _, s := range []*corev1.Service{onlyA, twinA, onlyB, twinB} {
 		if !f.lbExists(t, s.UID) {
 			t.Errorf("the load balancer of %s (uid %s) was deleted by the other cluster's CCM", s.Name, s.UID)
@@ -289,10 +373,15 @@ func twoClusters(t *testing.T, nameB string) {
 		}
 	}
 	for _, c := range []kubernetes.Interface{f.client, clientB} {
-		list, _ := c.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+		list, err := c.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, s := range list.Items {
 			if strings.HasPrefix(s.Name, "twin") {
-				_ = c.CoreV1().Services("default").Delete(ctx, s.Name, metav1.DeleteOptions{})
+				if err := c.CoreV1().Services("default").Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
@@ -304,6 +393,29 @@ func twoClusters(t *testing.T, nameB string) {
 		}
 		return true, ""
 	})
+}
+
+// clusterUID is a cluster's UID as its CCM tags load balancers with: the
+// UID of namespace kube-system.
+func clusterUID(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	ns, err := c.CoreV1().Namespaces().Get(context.Background(), metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(ns.UID)
+}
+
+// plantOrphan puts a load balancer that is provably cluster (clusterUID)'s,
+// made for a Service that does not exist: its collector deletes it.
+func (f *fixture) plantOrphan(t *testing.T, name, cluster, clusterUID string) {
+	t.Helper()
+	tags := map[string]string{local.TagServiceName: "default/" + name, local.TagServiceUID: "uid-" + name, local.TagClusterUID: clusterUID}
+	if _, err := f.cloud.Client.PutLoadBalancer(context.Background(), name, api.LoadBalancerSpec{Cluster: cluster, Tags: tags,
+		Listeners: []api.Listener{{Protocol: "TCP", Port: 9, BackendPort: 30009}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.cloud.Client.DeleteLoadBalancer(context.Background(), name) })
 }
 
 // TestRecreatedServiceReplacesItsLoadBalancer: a Service deleted without

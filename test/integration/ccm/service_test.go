@@ -17,8 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/portside-io/portside/internal/controlplane"
+	"github.com/portside-io/portside/internal/manager"
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/cloud"
@@ -260,24 +263,115 @@ func TestServiceThatCannotGetALoadBalancer(t *testing.T) {
 	_ = f.client.CoreV1().Services("default").Delete(context.Background(), "sctp", metav1.DeleteOptions{})
 }
 
+// TestCloudThrottlingAndErrorsConverge: a cloud that throttles with
+// Retry-After is asked again no sooner than it said (and not parked much
+// longer), one that answers 500s gets the error in the Service's condition,
+// and once the cloud recovers the Service gets its load balancer. The
+// Service lives on a control plane of the test's own, served by a CCM of
+// the test's own through a recording proxy: every call for its load
+// balancer, and what the cloud answered, is this CCM's.
 func TestCloudThrottlingAndErrorsConverge(t *testing.T) {
 	f := env(t)
 	ctx := context.Background()
+	cp := testenv.StartControlPlane(t, controlplane.Options{})
+	client, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Created with its finalizer, as after an earlier sync: the first sync
+	// then makes no Service write of its own that would queue it again.
+	svc, err := client.CoreV1().Services("default").Create(ctx, lbSvc("flaky", withCleanupFinalizer), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbPath := "/v1/load-balancers/" + cloud.LoadBalancerName(svc.UID)
+	t.Cleanup(func() {
+		if err := f.cloud.Client.SetFaults(context.Background(), api.Faults{}); err != nil {
+			t.Errorf("clear faults: %v", err)
+		}
+	})
+	const retryAfter = 3 * time.Second // above the queue's first backoffs (1 s, 2 s): ignoring it shows
 	if err := f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{
-		{Method: "PUT", PathPrefix: "/v1/load-balancers", ThrottleRate: 1, RetryAfterSeconds: 1},
+		{Method: "PUT", PathPrefix: lbPath, ThrottleRate: 1, RetryAfterSeconds: int(retryAfter / time.Second)},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	f.createSvc(t, lbSvc("flaky", nil))
-	time.Sleep(2 * time.Second)
-	if svc, _ := f.client.CoreV1().Services("default").Get(ctx, "flaky", metav1.GetOptions{}); hasIngress(svc) {
-		t.Fatal("got an ingress while the cloud throttled every call")
+	calls := f.recordingProxy(t)
+	f.serviceCCM(t, cp.KubeconfigPath, f.cloudConfig(t, calls.srv.URL), func(o *manager.Options) {
+		o.ClusterName = fmt.Sprintf("throttle-%d", time.Now().UnixNano()%1_000_000)
+	})
+	puts := func() []call { return calls.matching("PUT", lbPath) }
+	noIngress := func(phase string) {
+		t.Helper()
+		got, err := client.CoreV1().Services("default").Get(ctx, "flaky", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasIngress(got) {
+			t.Fatalf("got an ingress while the cloud %s every call: %+v", phase, got.Status.LoadBalancer)
+		}
 	}
-	_ = f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "PUT", PathPrefix: "/v1/load-balancers", ErrorRate: 1}}})
-	time.Sleep(2 * time.Second)
-	_ = f.cloud.Client.SetFaults(ctx, api.Faults{})
-	f.waitSvc(t, "flaky", 60*time.Second, "ingress once the cloud recovers", hasIngress)
-	_ = f.client.CoreV1().Services("default").Delete(ctx, "flaky", metav1.DeleteOptions{})
+
+	// Throttled: four calls, each answered 429.
+	eventually(t, 40*time.Second, "four throttled calls", func() (bool, string) { return len(puts()) >= 4, fmt.Sprint(puts()) })
+	throttled := puts()
+	for _, c := range throttled {
+		if c.status != http.StatusTooManyRequests {
+			t.Fatalf("a call was not throttled (%d): %v", c.status, throttled)
+		}
+	}
+	noIngress("throttled")
+	// Retry-After honoured: from the second call on (the first may be
+	// repeated at once, queued again by the CCM's start-up), each retry
+	// comes Retry-After after the one before: not sooner (an ordinary
+	// backoff of 1 s, 2 s), and not much later.
+	for i := 2; i < len(throttled); i++ {
+		gap := throttled[i].at.Sub(throttled[i-1].at)
+		if gap < retryAfter-100*time.Millisecond || gap > 2*retryAfter {
+			t.Errorf("retry %d came %v after the one before, want Retry-After (%v): %v", i, gap.Round(time.Millisecond), retryAfter, throttled)
+		}
+	}
+
+	// Failing: the 500s are served, and the Service says so.
+	if err := f.cloud.Client.SetFaults(ctx, api.Faults{Rules: []api.FaultRule{{Method: "PUT", PathPrefix: lbPath, ErrorRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "two calls answered 500", func() (bool, string) {
+		n := 0
+		for _, c := range puts() {
+			if c.status == http.StatusInternalServerError {
+				n++
+			}
+		}
+		return n >= 2, fmt.Sprint(puts()[len(throttled):])
+	})
+	eventually(t, 10*time.Second, "condition LoadBalancerReady False for the cloud error", func() (bool, string) {
+		got, err := client.CoreV1().Services("default").Get(ctx, "flaky", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, "LoadBalancerReady")
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "injected fault"), fmt.Sprintf("%+v", c)
+	})
+	noIngress("failed")
+
+	// Recovered: the next call succeeds and the Service gets its ingress.
+	if err := f.cloud.Client.SetFaults(ctx, api.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "ingress once the cloud recovers", func() (bool, string) {
+		got, err := client.CoreV1().Services("default").Get(ctx, "flaky", metav1.GetOptions{})
+		return err == nil && hasIngress(got), fmt.Sprint(err)
+	})
+	if last := puts()[len(puts())-1]; last.status/100 != 2 {
+		t.Errorf("the last call was answered %d, want 2xx: %v", last.status, puts())
+	}
+
+	// Its load balancer goes with it (the cloud is shared).
+	if err := client.CoreV1().Services("default").Delete(ctx, "flaky", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the load balancer deleted", func() (bool, string) { return !f.lbExists(t, svc.UID), "still there" })
 }
 
 // TestRestartConvergesWithoutLeaks: while the CCM is down a Service is
