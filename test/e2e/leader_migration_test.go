@@ -70,7 +70,10 @@ controllerLeaders:
 		t.Fatal(err)
 	}
 	migration := []string{"--enable-leader-migration", "--leader-migration-config=" + lmCfg}
-	const kcmLease = 12 * time.Second // long enough to see the CCM wait for it
+	// Long enough to see the CCM wait for it: the CCM starts, takes its own
+	// lease and initializes a node within it, with minWindow to spare, on a
+	// loaded machine too.
+	const kcmLease = 15 * time.Second
 	saKey := filepath.Join(testenv.ControlPlane(t).Dir(), "pki", "sa.key")
 	kcm, err := proc.Start("kube-controller-manager", kcmBin, append([]string{"--kubeconfig=" + testenv.Kubeconfig(t),
 		"--secure-port=0", "--controllers=serviceaccount-token-controller", // KCM 1.37 has no cloud controllers left; it still holds the migration lease
@@ -107,6 +110,33 @@ controllerLeaders:
 	expires := lease.Spec.RenewTime.Add(kcmLease)
 	t.Logf("kube-controller-manager %s holds %s until %s", kcmID, migrationLease, expires.Format(time.TimeOnly))
 
+	// The Service and the node exist before the CCM starts, so the check
+	// below covers the CCM from its first moment: a CCM that ran the
+	// migrated service controller without the migration lease would serve
+	// the Service as soon as its controllers start.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leader-migration-" + run}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Runs last: the Service (finalizer released by the CCM, below) goes
+	// with it.
+	defer func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) }()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: ns.Name}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "x"},
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+	}}
+	if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: nodeName, Zone: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	sim := nodesim.New(client, 1)
+	if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: nodeName}}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sim.Delete(context.Background(), []string{nodeName}) }()
+
 	const ccmID = ccmIDConst
 	ccm, err := proc.Start("ccm", bin, append([]string{"ccm", "--cloud-provider=local", "--cloud-config=" + cloudCfg,
 		"--kubeconfig=" + testenv.Kubeconfig(t), "--secure-port=0", "--bind-address=127.0.0.1",
@@ -116,34 +146,6 @@ controllerLeaders:
 		t.Fatal(err)
 	}
 	defer ccm.Stop(5 * time.Second)
-	wait("the CCM to hold its own lease", 30*time.Second, func() bool { return holder(ccmLease) == ccmID })
-
-	// Its own controllers run: a node is initialized.
-	if _, err := lc.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: nodeName, Zone: "zone-a"}); err != nil {
-		t.Fatal(err)
-	}
-	sim := nodesim.New(client, 1)
-	if err := sim.Register(ctx, []nodesim.NodeSpec{{Name: nodeName}}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sim.Delete(context.Background(), []string{nodeName}) }()
-	wait(nodeName+" initialized by the CCM", 30*time.Second, func() bool {
-		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		return err == nil && n.Spec.ProviderID != ""
-	})
-
-	// The migrated service controller does not run while KCM holds the lease.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leader-migration-" + run}}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: ns.Name}, Spec: corev1.ServiceSpec{
-		Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "x"},
-		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
-	}}
-	if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// Deferred after the CCM's Stop, so it runs first: the CCM deletes the
 	// load balancer and releases the Service.
 	defer func() {
@@ -160,11 +162,36 @@ controllerLeaders:
 		s, err := client.CoreV1().Services(ns.Name).Get(ctx, "lb", metav1.GetOptions{})
 		return err == nil && len(s.Status.LoadBalancer.Ingress) > 0
 	}
+	initialized := func() bool {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil && n.Spec.ProviderID != ""
+	}
+
+	// While KCM's migration lease is valid: the CCM's own controllers run
+	// (it holds its own lease and initializes the node) and the migrated
+	// service controller does not (no ingress, KCM still the holder).
+	var running time.Time // when the CCM was first seen running its own controllers
 	for time.Until(expires) > time.Second {
 		if ingress() || holder(migrationLease) != kcmID {
 			t.Fatalf("while KCM's migration lease is valid the CCM must not serve load balancers (ingress %v, holder %q)\n%s", ingress(), holder(migrationLease), ccm.LogTail(20))
 		}
+		if running.IsZero() && holder(ccmLease) == ccmID && initialized() {
+			running = time.Now()
+		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// The check above means something only if it watched a running CCM for
+	// a while: long enough for a wrongly started service controller to
+	// serve the Service (it does within a second on the local cloud).
+	const minWindow = 3 * time.Second
+	switch window := expires.Add(-time.Second).Sub(running); {
+	case running.IsZero():
+		t.Fatalf("KCM's migration lease (%v) expired before the CCM held its own lease and initialized %s: no window to check that it waits (raise kcmLease)\n%s",
+			kcmLease, nodeName, ccm.LogTail(20))
+	case window < minWindow:
+		t.Fatalf("only %v of KCM's migration lease was left once the CCM ran its own controllers, want at least %v to check that it waits (raise kcmLease)", window.Round(10*time.Millisecond), minWindow)
+	default:
+		t.Logf("the CCM ran its own controllers without serving the Service for %v of KCM's migration lease", window.Round(10*time.Millisecond))
 	}
 
 	// KCM goes away (if the upstream bug above is ever fixed, it is still
