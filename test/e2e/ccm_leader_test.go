@@ -34,19 +34,51 @@ func TestLeaderElection(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("endpoint: %s\ntoken: %s\n", lc.Endpoint, lc.Token)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// This run's own Lease and node: the e2e tests share one apiserver, and
+	// a repeated run (-count=N) must not find the last one's (a Node
+	// initialized by an earlier run would pass the last check at once).
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	lockName, nodeName := "e2e-ccm-leader-"+run, "after-failover-"+run
+	starts := map[string]int{}
 	start := func(id string) *proc.Process {
+		// Each process its own log, so a restarted replica's log lines are
+		// its own (proc.Start appends).
+		starts[id]++
 		p, err := proc.Start(id, bin, []string{"ccm", "--cloud-provider=local", "--cloud-config=" + cfg,
 			"--kubeconfig=" + testenv.Kubeconfig(t), "--secure-port=0", "--bind-address=127.0.0.1",
-			"--leader-elect-identity=" + id, "--leader-elect-lease-duration=" + leaseDuration.String(),
-			"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}, nil, filepath.Join(dir, id+".log"))
+			"--leader-elect-identity=" + id, "--leader-elect-resource-name=" + lockName, "--leader-elect-lease-duration=" + leaseDuration.String(),
+			"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}, nil, filepath.Join(dir, fmt.Sprintf("%s-%d.log", id, starts[id])))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Stop(5 * time.Second) })
 		return p
 	}
+	// standingBy waits for a replica to have seen the leader and be
+	// waiting for the Lease ("Standing by", logged once it has tried for
+	// it): a real readiness signal, however long a loaded machine takes to
+	// start it.
+	standingBy := func(p *proc.Process, timeout time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			log, _ := os.ReadFile(p.LogPath)
+			if strings.Contains(string(log), "Standing by") {
+				return
+			}
+			select {
+			case <-p.Done():
+				t.Fatalf("%s exited before standing by: %v\n%s", p.Name, p.ExitErr(), p.LogTail(20))
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not standing by after %v:\n%s", p.Name, timeout, p.LogTail(20))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	holder := func() string {
-		l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "cloud-controller-manager", metav1.GetOptions{})
+		l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), lockName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}
@@ -67,7 +99,10 @@ func TestLeaderElection(t *testing.T) {
 	}
 	replicas := map[string]*proc.Process{"replica-a": start("replica-a"), "replica-b": start("replica-b")}
 	leader, _ := waitHolder(func(h string) bool { return replicas[h] != nil }, 30*time.Second)
-	time.Sleep(2 * time.Second) // let both settle
+	other := map[string]string{"replica-a": "replica-b", "replica-b": "replica-a"}
+	// The standby has tried for the Lease and lost: only now does "exactly
+	// one leads" say something (before, the other might not be up yet).
+	standingBy(replicas[other[leader]], 30*time.Second)
 	leading := 0
 	for id, p := range replicas {
 		log, _ := os.ReadFile(p.LogPath)
@@ -83,7 +118,6 @@ func TestLeaderElection(t *testing.T) {
 	}
 
 	// Graceful stop: the lease is released and the standby takes over at once.
-	other := map[string]string{"replica-a": "replica-b", "replica-b": "replica-a"}
 	replicas[leader].Stop(10 * time.Second)
 	if err := replicas[leader].ExitErr(); err != nil && !strings.Contains(err.Error(), "status 0") {
 		t.Errorf("graceful stop exit: %v\n%s", err, replicas[leader].LogTail(10))
@@ -95,8 +129,10 @@ func TestLeaderElection(t *testing.T) {
 	}
 	replicas[leader] = start(leader)
 
-	// Crash: the standby takes over within the lease duration.
-	time.Sleep(time.Second)
+	// Crash: the standby takes over within the lease duration. It must be
+	// up and standing by first, or the take-over time would include its
+	// start-up.
+	standingBy(replicas[leader], 30*time.Second)
 	replicas[newLeader].Kill()
 	killedAt := time.Now()
 	third, _ := waitHolder(func(h string) bool { return h == leader }, leaseDuration+5*time.Second)
@@ -107,15 +143,17 @@ func TestLeaderElection(t *testing.T) {
 	}
 
 	// The new leader runs the controllers.
-	if _, err := lc.Client.CreateInstance(context.Background(), api.CreateInstanceRequest{Name: "after-failover", Zone: "zone-a"}); err != nil {
+	if _, err := lc.Client.CreateInstance(context.Background(), api.CreateInstanceRequest{Name: nodeName, Zone: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodesim.New(client, 1).Register(context.Background(), []nodesim.NodeSpec{{Name: "after-failover"}}); err != nil {
+	sim := nodesim.New(client, 1)
+	if err := sim.Register(context.Background(), []nodesim.NodeSpec{{Name: nodeName}}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sim.Delete(context.Background(), []string{nodeName}) })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		n, err := client.CoreV1().Nodes().Get(context.Background(), "after-failover", metav1.GetOptions{})
+		n, err := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err == nil && n.Spec.ProviderID != "" {
 			break
 		}
