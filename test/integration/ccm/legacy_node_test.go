@@ -34,11 +34,13 @@ import (
 type legacyCloud struct {
 	mu    sync.Mutex
 	addrs map[string][]corev1.NodeAddress
+	// lookups counts the calls about each node: proof that syncs ran.
+	lookups map[string]int
 }
 
 const legacyProvider = "legacy-test"
 
-var legacy = &legacyCloud{addrs: map[string][]corev1.NodeAddress{}}
+var legacy = &legacyCloud{addrs: map[string][]corev1.NodeAddress{}, lookups: map[string]int{}}
 
 func init() {
 	cloud.MustRegister(legacyProvider, func(context.Context, io.Reader) (cloud.Provider, error) {
@@ -52,9 +54,16 @@ func (l *legacyCloud) set(name string, addrs ...corev1.NodeAddress) {
 	l.addrs[name] = addrs
 }
 
+func (l *legacyCloud) lookupsOf(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lookups[name]
+}
+
 func (l *legacyCloud) lookup(name types.NodeName) ([]corev1.NodeAddress, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lookups[string(name)]++
 	a, ok := l.addrs[string(name)]
 	if !ok {
 		return nil, fmt.Errorf("node %q is not one of the legacy test's", name)
@@ -207,8 +216,13 @@ func TestLegacyProviderNodeInitializedAndSyncedByName(t *testing.T) {
 	f.waitNode(t, name, 10*time.Second, "the new address", func(n *corev1.Node) bool {
 		return slices.Equal(addressesOf(n, corev1.NodeInternalIP), []string{"10.200.0.2"})
 	})
-	// Several syncs later, the warnings were still said once.
-	time.Sleep(2 * time.Second)
+	// Several syncs later (counted at the cloud, not slept for), the
+	// warnings were still said once.
+	synced := legacy.lookupsOf(name)
+	testenv.Eventually(t, 20*time.Second, "three more syncs", func() (bool, string) {
+		n := legacy.lookupsOf(name) - synced
+		return n >= 3, fmt.Sprintf("%d more lookups", n)
+	})
 	for msg, count := range eventMessages(t, f, name, node.ReasonIncompleteInstanceMetadata) {
 		if count != 1 {
 			t.Errorf("warning %q reported %d times, want once (at initialization)", msg, count)
