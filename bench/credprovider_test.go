@@ -61,19 +61,87 @@ import (
 // Binaries: built from this checkout, or from PORTSIDE_BENCH_CREDPROV_BIN_DIR.
 // -short skips the package's kube-apiserver, which this does not use.
 func BenchmarkCredentialProvider(b *testing.B) {
-	nExec := envInt("PORTSIDE_BENCH_CREDPROV_EXECS", 300)
-	nPulls := envInt("PORTSIDE_BENCH_CREDPROV_PULLS", 200000)
-	nUncached := envInt("PORTSIDE_BENCH_CREDPROV_UNCACHED", 200)
+	r := runCredProvider(b, cpConfig{execs: envInt("PORTSIDE_BENCH_CREDPROV_EXECS", 300), warmup: 5,
+		pulls: envInt("PORTSIDE_BENCH_CREDPROV_PULLS", 200000), uncached: envInt("PORTSIDE_BENCH_CREDPROV_UNCACHED", 200), upstreamECR: true})
+	b.ReportMetric(0, "ns/op")
+	var tbl strings.Builder
+	fmt.Fprintf(&tbl, "cold exec, %d each, load %s → %s:\n%-13s %8s %8s %8s %8s %8s\n", r.cfg.execs, r.load0, r.load1, "", "p50 ms", "p99 ms", "mean ms", "min ms", "RSS MB")
+	for _, k := range r.contenders {
+		p50, p99, mean, lo := k.stats()
+		rss := cpMedian(k.rss) / 1024
+		fmt.Fprintf(&tbl, "%-13s %8.2f %8.2f %8.2f %8.2f %8.1f\n", k.name, p50, p99, mean, lo, rss)
+		b.ReportMetric(p50, k.name+"-p50-ms")
+		b.ReportMetric(p99, k.name+"-p99-ms")
+		b.ReportMetric(mean, k.name+"-mean-ms")
+		b.ReportMetric(rss, k.name+"-rss-MB")
+	}
+	leanP50, _, _, _ := r.contenders[0].stats()
+	helpP50, _, _, _ := r.contenders[2].stats()
+	fmt.Fprintf(&tbl, "lean p50 less help p50 (cloud round trip and response): %.2f ms\n", leanP50-helpP50)
+	fmt.Fprintf(&tbl, "RSS of %d execs each through the launcher (its own peak %.1f MB); rusage of the timed execs says %.1f MB, this process's peak\n",
+		len(r.contenders[0].rss), cpMedian(r.floor)/1024, cpMedian(r.contenders[0].direct)/1024)
+	b.ReportMetric(leanP50-helpP50, "lean-cloud-ms")
+	b.Logf("%s", tbl.String())
+	b.ReportMetric(r.cached.LookupsPerSecond, "cached-pulls/s")
+	b.ReportMetric(float64(r.cached.ExecsDuring), "cached-execs")
+	b.ReportMetric(r.uncached.LookupsPerSecond, "uncached-pulls/s")
+	b.ReportMetric(float64(r.uncached.ExecsDuring), "uncached-execs")
+	b.Logf("kubelet plugin client: %d cached pulls %.0f/s (%d execs); %d uncached pulls %.1f/s (%d execs, %.2f ms each); load %s",
+		r.cfg.pulls, r.cached.LookupsPerSecond, r.cached.ExecsDuring, r.cfg.uncached, r.uncached.LookupsPerSecond, r.uncached.ExecsDuring,
+		1e3/r.uncached.LookupsPerSecond, loadAvg())
+}
+
+// TestCredentialProviderSmoke runs BenchmarkCredentialProvider's harness
+// small (3 cold execs of each contender, 50 cached and 3 uncached pulls
+// through the kubelet's plugin client; upstream's ECR plugin left out: it
+// needs its own build), for make test. Every validated exec answered with
+// a credential for the cloud's registry that the registry accepts, and the
+// kubelet's cache was used, or not, as cacheDuration says (checked by the
+// harness). No timing is checked.
+func TestCredentialProviderSmoke(t *testing.T) {
+	r := runCredProvider(t, cpConfig{execs: 3, warmup: 1, pulls: 50, uncached: 3})
+	for _, k := range r.contenders {
+		if len(k.lat) != r.cfg.execs {
+			t.Errorf("%s: %d timed execs, want %d", k.name, len(k.lat), r.cfg.execs)
+		}
+		if want := r.cfg.warmup + r.cfg.execs + len(k.rss); k.validate && k.pullable != want {
+			t.Errorf("%s: %d of %d answers were credentials the registry accepts", k.name, k.pullable, want)
+		}
+	}
+	if r.cached.N != r.cfg.pulls || r.uncached.N != r.cfg.uncached {
+		t.Errorf("%d cached and %d uncached pulls, want %d and %d", r.cached.N, r.uncached.N, r.cfg.pulls, r.cfg.uncached)
+	}
+}
+
+// cpConfig is one run of the credential provider harness.
+type cpConfig struct {
+	// execs timed cold execs of each contender, after warmup rounds;
+	// pulls cached and uncached lookups through the kubelet's client.
+	execs, warmup, pulls, uncached int
+	// upstreamECR adds upstream's ECR plugin (built from hack/bench-tools).
+	upstreamECR bool
+}
+
+type cpResult struct {
+	cfg          cpConfig
+	contenders   []*cpContender // lean, portside, help[, upstream-ecr]
+	floor        []float64      // the launcher's own peak RSS, KiB
+	load0, load1 string
+	cached       kubelettest.BenchReply
+	uncached     kubelettest.BenchReply
+}
+
+func runCredProvider(tb testing.TB, cfg cpConfig) cpResult {
 	binDir := os.Getenv("PORTSIDE_BENCH_CREDPROV_BIN_DIR")
 	if binDir == "" {
-		binDir = b.TempDir()
+		binDir = tb.TempDir()
 		if err := kubelettest.Build(binDir); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	lean, full := filepath.Join(binDir, "portside-credential-provider"), filepath.Join(binDir, "portside")
-	launcher := cpBuildLauncher(b)
-	c := cpStartCloud(b, time.Hour)
+	launcher := cpBuildLauncher(tb)
+	c := cpStartCloud(tb, time.Hour)
 	image := c.registry + "/portside/hello:1.0"
 	req := []byte(`{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"` + image + `"}`)
 	flags := []string{"--cloud-provider=local", "--cloud-config=" + c.config}
@@ -84,93 +152,94 @@ func BenchmarkCredentialProvider(b *testing.B) {
 		{name: "portside", argv: append([]string{full, "credential-provider"}, flags...), validate: true},
 		{name: "help", argv: []string{lean, "--help"}},
 	}
-	if ecr := cpUpstreamECR(b); ecr != "" {
-		// For scale (P6): upstream's plugin starting and failing fast
-		// without AWS (instance metadata disabled), as measured in the brief.
-		contenders = append(contenders, &cpContender{name: "upstream-ecr", argv: []string{ecr, "get-credentials"}, failing: true,
-			req: []byte(`{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"123456789012.dkr.ecr.us-east-1.amazonaws.com/app:1"}`),
-			env: []string{"AWS_EC2_METADATA_DISABLED=true", "AWS_REGION=us-east-1"}})
+	if ecr := ""; cfg.upstreamECR {
+		if ecr = cpUpstreamECR(tb); ecr != "" {
+			// For scale (P6): upstream's plugin starting and failing fast
+			// without AWS (instance metadata disabled), as measured in the brief.
+			contenders = append(contenders, &cpContender{name: "upstream-ecr", argv: []string{ecr, "get-credentials"}, failing: true,
+				req: []byte(`{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"123456789012.dkr.ecr.us-east-1.amazonaws.com/app:1"}`),
+				env: []string{"AWS_EC2_METADATA_DISABLED=true", "AWS_REGION=us-east-1"}})
+		}
 	}
-	load0 := loadAvg()
-	for range 5 {
+	r := cpResult{cfg: cfg, contenders: contenders, load0: loadAvg()}
+	for range cfg.warmup {
 		for _, k := range contenders {
-			cpExec(b, k, req, c.registry, "")
+			cpExec(tb, k, req, c.registry, "")
 		}
 	}
 	for _, k := range contenders {
 		k.lat, k.direct = k.lat[:0], k.direct[:0]
 	}
-	var floor []float64
-	for i := range nExec {
+	for i := range cfg.execs {
 		for j := range contenders {
 			if i%2 == 1 {
 				j = len(contenders) - 1 - j
 			}
-			cpExec(b, contenders[j], req, c.registry, "")
+			cpExec(tb, contenders[j], req, c.registry, "")
 			if i%10 == 0 {
-				floor = append(floor, cpExec(b, contenders[j], req, c.registry, launcher))
+				r.floor = append(r.floor, cpExec(tb, contenders[j], req, c.registry, launcher))
 			}
 		}
 	}
-	b.ReportMetric(0, "ns/op")
-	var tbl strings.Builder
-	fmt.Fprintf(&tbl, "cold exec, %d each, load %s → %s:\n%-13s %8s %8s %8s %8s %8s\n", nExec, load0, loadAvg(), "", "p50 ms", "p99 ms", "mean ms", "min ms", "RSS MB")
-	for _, k := range contenders {
-		p50, p99, mean, lo := k.stats()
-		rss := cpMedian(k.rss) / 1024
-		fmt.Fprintf(&tbl, "%-13s %8.2f %8.2f %8.2f %8.2f %8.1f\n", k.name, p50, p99, mean, lo, rss)
-		b.ReportMetric(p50, k.name+"-p50-ms")
-		b.ReportMetric(p99, k.name+"-p99-ms")
-		b.ReportMetric(mean, k.name+"-mean-ms")
-		b.ReportMetric(rss, k.name+"-rss-MB")
-	}
-	leanP50, _, _, _ := contenders[0].stats()
-	helpP50, _, _, _ := contenders[2].stats()
-	fmt.Fprintf(&tbl, "lean p50 less help p50 (cloud round trip and response): %.2f ms\n", leanP50-helpP50)
-	fmt.Fprintf(&tbl, "RSS of %d execs each through the launcher (its own peak %.1f MB); rusage of the timed execs says %.1f MB, this process's peak\n",
-		len(contenders[0].rss), cpMedian(floor)/1024, cpMedian(contenders[0].direct)/1024)
-	b.ReportMetric(leanP50-helpP50, "lean-cloud-ms")
-	b.Logf("%s", tbl.String())
+	r.load1 = loadAvg()
 
 	// Pulls through the kubelet's cache.
 	pod := kubelettest.Pod{}
-	k := kubelettest.Start(b, cpSampleConfig(b, c.registry, c.config), binDir, "")
-	if r := k.Lookup(b, image, pod); !r.Found || len(r.Auths) != 1 || r.Execs != 1 {
-		b.Fatalf("first lookup = %+v, want one credential from one exec", r)
+	k := kubelettest.Start(tb, cpSampleConfig(tb, c.registry, c.config), binDir, "")
+	if l := k.Lookup(tb, image, pod); !l.Found || len(l.Auths) != 1 || l.Execs != 1 {
+		tb.Fatalf("first lookup = %+v, want one credential from one exec", l)
+	} else if err := cpPull(c.registry, l.Auths[0].Username, l.Auths[0].Password); err != nil {
+		tb.Fatalf("the kubelet's credential: %v", err)
 	}
 	calls := c.calls.Load()
-	cached := k.Bench(b, image, nPulls, pod)
-	if cached.ExecsDuring != 0 || c.calls.Load() != calls {
-		b.Fatalf("%d cached pulls exec'd the plugin %d times (%d cloud calls): want none", nPulls, cached.ExecsDuring, c.calls.Load()-calls)
+	r.cached = k.Bench(tb, image, cfg.pulls, pod)
+	if r.cached.ExecsDuring != 0 || c.calls.Load() != calls {
+		tb.Fatalf("%d cached pulls exec'd the plugin %d times (%d cloud calls): want none", cfg.pulls, r.cached.ExecsDuring, c.calls.Load()-calls)
 	}
-	b.ReportMetric(cached.LookupsPerSecond, "cached-pulls/s")
-	b.ReportMetric(float64(cached.ExecsDuring), "cached-execs")
 
 	// Uncached: a cloud whose credentials are too short-lived to cache.
-	short := cpStartCloud(b, 1100*time.Millisecond)
+	short := cpStartCloud(tb, 1100*time.Millisecond)
 	shortImage := short.registry + "/portside/hello:1.0"
 	shortReq := bytes.ReplaceAll(req, []byte(c.registry), []byte(short.registry))
 	sk := &cpContender{name: "lean", argv: []string{lean, "--cloud-provider=local", "--cloud-config=" + short.config}, validate: true}
-	if cpExec(b, sk, shortReq, short.registry, ""); sk.resp.CacheDuration == nil || sk.resp.CacheDuration.Duration != 0 {
-		b.Fatalf("a 1.1 s credential: cacheDuration %v, want 0s", sk.resp.CacheDuration)
+	if cpExec(tb, sk, shortReq, short.registry, ""); sk.resp.CacheDuration == nil || sk.resp.CacheDuration.Duration != 0 {
+		tb.Fatalf("a 1.1 s credential: cacheDuration %v, want 0s", sk.resp.CacheDuration)
 	}
-	ku := kubelettest.Start(b, cpSampleConfig(b, short.registry, short.config), binDir, "")
-	first := ku.Lookup(b, shortImage, pod)
+	ku := kubelettest.Start(tb, cpSampleConfig(tb, short.registry, short.config), binDir, "")
+	first := ku.Lookup(tb, shortImage, pod)
 	if !first.Found || first.Execs != 1 {
-		b.Fatalf("first lookup = %+v, want one credential from one exec", first)
+		tb.Fatalf("first lookup = %+v, want one credential from one exec", first)
 	}
 	calls = short.calls.Load()
-	unc := ku.Bench(b, shortImage, nUncached, pod)
-	if unc.ExecsDuring != nUncached || short.calls.Load()-calls != int64(nUncached) {
-		b.Fatalf("%d uncached pulls: %d execs, %d cloud calls; want %d of each", nUncached, unc.ExecsDuring, short.calls.Load()-calls, nUncached)
+	r.uncached = ku.Bench(tb, shortImage, cfg.uncached, pod)
+	if r.uncached.ExecsDuring != cfg.uncached || short.calls.Load()-calls != int64(cfg.uncached) {
+		tb.Fatalf("%d uncached pulls: %d execs, %d cloud calls; want %d of each", cfg.uncached, r.uncached.ExecsDuring, short.calls.Load()-calls, cfg.uncached)
 	}
-	if last := ku.Lookup(b, shortImage, pod); !last.Found || last.Execs != nUncached+2 {
-		b.Fatalf("lookup after the uncached pulls = %+v, want a credential from exec %d", last, nUncached+2)
+	if last := ku.Lookup(tb, shortImage, pod); !last.Found || last.Execs != cfg.uncached+2 {
+		tb.Fatalf("lookup after the uncached pulls = %+v, want a credential from exec %d", last, cfg.uncached+2)
 	}
-	b.ReportMetric(unc.LookupsPerSecond, "uncached-pulls/s")
-	b.ReportMetric(float64(unc.ExecsDuring), "uncached-execs")
-	b.Logf("kubelet plugin client: %d cached pulls %.0f/s (%d execs); %d uncached pulls %.1f/s (%d execs, %.2f ms each); load %s",
-		nPulls, cached.LookupsPerSecond, cached.ExecsDuring, nUncached, unc.LookupsPerSecond, unc.ExecsDuring, 1e3/unc.LookupsPerSecond, loadAvg())
+	return r
+}
+
+// cpPull fetches the seeded image's manifest from the registry with the
+// credential: a credential for another registry, or a made-up one, is
+// refused there.
+func cpPull(registryHost, user, pass string) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+registryHost+"/v2/portside/hello/manifests/1.0", nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(user, pass)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET the manifest from %s with the credential: %s", registryHost, resp.Status)
+	}
+	return nil
 }
 
 type cpContender struct {
@@ -187,6 +256,8 @@ type cpContender struct {
 	rss     []float64 // max RSS per exec through the launcher, KiB
 	direct  []float64 // max RSS per timed exec, KiB: the parent's peak
 	resp    *credv1.CredentialProviderResponse
+	// pullable counts the answers whose credential the registry accepted.
+	pullable int
 }
 
 // stats returns p50, p99, mean and min in ms.
@@ -210,7 +281,7 @@ func cpMedian(v []float64) float64 {
 // cpExec execs k once as the kubelet does; validated contenders must answer
 // with a credential. Direct, it records the latency (start to exit); through
 // launcher, the max RSS, and returns the launcher's own peak RSS (KiB).
-func cpExec(b *testing.B, k *cpContender, req []byte, registryHost, launcher string) float64 {
+func cpExec(b testing.TB, k *cpContender, req []byte, registryHost, launcher string) float64 {
 	argv := k.argv
 	if launcher != "" {
 		argv = append([]string{launcher}, argv...)
@@ -239,9 +310,15 @@ func cpExec(b *testing.B, k *cpContender, req []byte, registryHost, launcher str
 		if err := json.Unmarshal(out.Bytes(), k.resp); err != nil || k.resp.Kind != "CredentialProviderResponse" {
 			b.Fatalf("%s: stdout %q is not a CredentialProviderResponse (%v); stderr %q", k.name, out.String(), err, errOut.String())
 		}
-		if a, ok := k.resp.Auth[registryHost]; !ok || a.Username == "" || a.Password == "" {
-			b.Fatalf("%s: response has no credential for %s: %s", k.name, registryHost, out.String())
+		a, ok := k.resp.Auth[registryHost]
+		if !ok || a.Username == "" || a.Password == "" || len(k.resp.Auth) != 1 {
+			b.Fatalf("%s: response has no credential for %s alone: %s", k.name, registryHost, out.String())
 		}
+		// Outside the timed part: the credential must open the registry.
+		if err := cpPull(registryHost, a.Username, a.Password); err != nil {
+			b.Fatalf("%s: %v", k.name, err)
+		}
+		k.pullable++
 	}
 	if launcher == "" {
 		k.lat = append(k.lat, elapsed)
@@ -276,7 +353,7 @@ func main() {
 }
 `
 
-func cpBuildLauncher(b *testing.B) string {
+func cpBuildLauncher(b testing.TB) string {
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(cpLauncher), 0o600); err != nil {
 		b.Fatal(err)
@@ -299,7 +376,7 @@ type cpCloud struct {
 
 // cpStartCloud runs a local cloud whose credentials live ttl, its API and
 // registry on free loopback ports, until the benchmark ends.
-func cpStartCloud(b *testing.B, ttl time.Duration) *cpCloud {
+func cpStartCloud(b testing.TB, ttl time.Duration) *cpCloud {
 	b.Helper()
 	dir := b.TempDir()
 	token := fmt.Sprintf("bench-%d", rand.Int64())
@@ -344,7 +421,7 @@ func cpStartCloud(b *testing.B, ttl time.Duration) *cpCloud {
 // cpUpstreamECR builds upstream's ecr-credential-provider (k8s.io/cloud-
 // provider-aws v1.37.1, pinned in hack/bench-tools) once into
 // _output/bench-tools; "" when it cannot be built (then it is left out).
-func cpUpstreamECR(b *testing.B) string {
+func cpUpstreamECR(b testing.TB) string {
 	root, err := tools.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
@@ -363,7 +440,7 @@ func cpUpstreamECR(b *testing.B) string {
 	return out
 }
 
-func cpSampleConfig(b *testing.B, registryHost, cloudConfig string) string {
+func cpSampleConfig(b testing.TB, registryHost, cloudConfig string) string {
 	b.Helper()
 	data, err := deploy.CredentialProviderConfig(false, registryHost, "portside-credential-provider", cloudConfig)
 	if err != nil {
