@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,11 @@ type reviewer struct {
 	kubernetes.Interface // nil: any other call panics
 	tokenReview          func(ctx context.Context, token string) (*authnv1.TokenReviewStatus, error)
 	access               func(ctx context.Context, user string) (bool, error)
-	tokenReviews, sars   atomic.Int32
+	// accessSpec, when set, decides instead of access, on the whole review.
+	accessSpec         func(authzv1.SubjectAccessReviewSpec) bool
+	tokenReviews, sars atomic.Int32
+	mu                 sync.Mutex
+	specs              []authzv1.SubjectAccessReviewSpec // every review asked
 }
 
 type authnAPI struct {
@@ -69,6 +74,12 @@ func (t tokenReviews) Create(ctx context.Context, tr *authnv1.TokenReview, _ met
 
 func (s sars) Create(ctx context.Context, sar *authzv1.SubjectAccessReview, _ metav1.CreateOptions) (*authzv1.SubjectAccessReview, error) {
 	s.r.sars.Add(1)
+	s.r.mu.Lock()
+	s.r.specs = append(s.r.specs, sar.Spec)
+	s.r.mu.Unlock()
+	if s.r.accessSpec != nil {
+		return &authzv1.SubjectAccessReview{Status: authzv1.SubjectAccessReviewStatus{Allowed: s.r.accessSpec(sar.Spec)}}, nil
+	}
 	ok, err := s.r.access(ctx, sar.Spec.User)
 	if err != nil {
 		return nil, err
@@ -144,6 +155,74 @@ func TestAuthConcurrentSameTokenIsReviewedOnce(t *testing.T) {
 	// And the answer is cached.
 	if c := get(a, "scraper").Code; c != http.StatusOK || r.tokenReviews.Load() != 1 {
 		t.Errorf("cached: %d, TokenReviews %d", c, r.tokenReviews.Load())
+	}
+}
+
+// TestAuthAsksForTheRequest: the SubjectAccessReview is about the token's
+// user and this request (its path, its method as a verb, HEAD as get); a
+// user the apiserver denies gets 403, cached; and a decision is for its
+// path and verb only: a token allowed GET /metrics is asked about anything
+// else afresh. (The other tests' reviewer allows everything, whatever is
+// asked.)
+func TestAuthAsksForTheRequest(t *testing.T) {
+	r := scraperReviewer()
+	r.tokenReview = func(_ context.Context, token string) (*authnv1.TokenReviewStatus, error) {
+		if token == "scraper" || token == "intruder" {
+			return &authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: token, Groups: []string{"team:" + token}}}, nil
+		}
+		return &authnv1.TokenReviewStatus{}, nil
+	}
+	r.accessSpec = func(s authzv1.SubjectAccessReviewSpec) bool {
+		return s.User == "scraper" && s.NonResourceAttributes != nil && *s.NonResourceAttributes == authzv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}
+	}
+	a := newDelegatedAuth(r, nil)
+	do := func(method, path, token string) *httptest.ResponseRecorder {
+		h := a.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("served")) }))
+		req := httptest.NewRequest(method, path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	lastSpec := func() authzv1.SubjectAccessReviewSpec {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.specs) == 0 {
+			t.Fatal("no SubjectAccessReview asked")
+		}
+		return r.specs[len(r.specs)-1]
+	}
+
+	if rec := do("GET", "/metrics", "scraper"); rec.Code != http.StatusOK {
+		t.Fatalf("scraper GET /metrics: %d %q", rec.Code, rec.Body.String())
+	}
+	if s := lastSpec(); s.User != "scraper" || !slices.Equal(s.Groups, []string{"team:scraper"}) || s.ResourceAttributes != nil {
+		t.Errorf("review asked %+v, want the token's user and groups, non-resource", s)
+	}
+	if rec := do("HEAD", "/metrics", "scraper"); rec.Code != http.StatusOK {
+		t.Errorf("scraper HEAD /metrics (asked as get): %d", rec.Code)
+	}
+	for _, tc := range []struct{ method, path, token, verb string }{
+		{"GET", "/metrics", "intruder", "get"},
+		{"GET", "/debug/pprof/", "scraper", "get"},
+		{"POST", "/metrics", "scraper", "post"},
+	} {
+		before := r.sars.Load()
+		rec := do(tc.method, tc.path, tc.token)
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "may not "+tc.verb+" "+tc.path) {
+			t.Errorf("%s %s %s: %d %q, want 403", tc.token, tc.method, tc.path, rec.Code, rec.Body.String())
+		}
+		if r.sars.Load() != before+1 {
+			t.Errorf("%s %s %s: answered from another request's decision (%d reviews, want %d)", tc.token, tc.method, tc.path, r.sars.Load(), before+1)
+			continue
+		}
+		if s := lastSpec(); s.User != tc.token || s.NonResourceAttributes == nil || s.NonResourceAttributes.Path != tc.path || s.NonResourceAttributes.Verb != tc.verb {
+			t.Errorf("%s %s %s: review asked %+v", tc.token, tc.method, tc.path, s)
+		}
+		// The denial is definitive: cached.
+		if rec := do(tc.method, tc.path, tc.token); rec.Code != http.StatusForbidden || r.sars.Load() != before+1 {
+			t.Errorf("%s %s %s again: %d after %d reviews, want 403 from the cache", tc.token, tc.method, tc.path, rec.Code, r.sars.Load()-before)
+		}
 	}
 }
 
