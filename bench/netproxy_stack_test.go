@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/testskip"
 	"github.com/portside-io/portside/internal/tools"
 )
 
@@ -71,7 +72,7 @@ type npPKI struct {
 	serial                int64
 }
 
-func newNPPKI(b *testing.B, dir string) *npPKI {
+func newNPPKI(b testing.TB, dir string) *npPKI {
 	b.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -98,7 +99,7 @@ func newNPPKI(b *testing.B, dir string) *npPKI {
 
 // issue signs a certificate and writes it and its key; it returns the
 // files and the certificate.
-func (p *npPKI) issue(b *testing.B, cn string, server bool) (certFile, keyFile string, cert tls.Certificate) {
+func (p *npPKI) issue(b testing.TB, cn string, server bool) (certFile, keyFile string, cert tls.Certificate) {
 	b.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -127,7 +128,7 @@ func (p *npPKI) issue(b *testing.B, cn string, server bool) (certFile, keyFile s
 	return certFile, keyFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-func writePEM(b *testing.B, path, typ string, der []byte) {
+func writePEM(b testing.TB, path, typ string, der []byte) {
 	b.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		b.Fatal(err)
@@ -152,6 +153,20 @@ func (s *npStack) cpuSeconds() (server, agent float64) {
 // (konnectivity_network_proxy_server_stream_packets_total, which both
 // implementations export), or 0.
 func (s *npStack) dataPacketsToAgent() float64 {
+	return s.sumMetric(func(line string) bool {
+		return strings.HasPrefix(line, "konnectivity_network_proxy_server_stream_packets_total{") &&
+			strings.Contains(line, `packet_type="DATA"`) && strings.Contains(line, `segment="to_agent"`)
+	})
+}
+
+// serverMetric is the server's sample of an unlabelled metric, or 0.
+func (s *npStack) serverMetric(name string) float64 {
+	return s.sumMetric(func(line string) bool { return strings.HasPrefix(line, name+" ") })
+}
+
+// sumMetric sums the server's samples on the lines match takes (0 when
+// the server does not answer).
+func (s *npStack) sumMetric(match func(line string) bool) float64 {
 	resp, err := http.Get(s.serverHealth + "/metrics")
 	if err != nil {
 		return 0
@@ -162,13 +177,12 @@ func (s *npStack) dataPacketsToAgent() float64 {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "konnectivity_network_proxy_server_stream_packets_total{") ||
-			!strings.Contains(line, `packet_type="DATA"`) || !strings.Contains(line, `segment="to_agent"`) {
+		if !match(line) {
 			continue
 		}
 		f := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
 		if len(f) > 0 {
-			v, _ := strconv.ParseFloat(f[0], 64)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 			sum += v
 		}
 	}
@@ -190,7 +204,7 @@ func (s *npStack) alive() error {
 // startNPStack starts a server and an agent of one implementation with
 // upstream's flags (Portside's binary takes the same ones), mTLS between
 // them, and waits until the server has the agent.
-func startNPStack(b *testing.B, impl, mode, dir string, bins npBins, pki *npPKI) *npStack {
+func startNPStack(b testing.TB, impl, mode, dir string, bins npBins, pki *npPKI) *npStack {
 	b.Helper()
 	ports := npFreePorts(b, 6)
 	agentPort, sHealth, sAdmin, frontPort, aHealth, aAdmin := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
@@ -247,10 +261,21 @@ func startNPStack(b *testing.B, impl, mode, dir string, bins npBins, pki *npPKI)
 	st.agent = npStart(b, impl+" proxy-agent", agentBin, agentArgs, filepath.Join(dir, impl+"-agent.log"))
 	npWaitHTTP(b, st.agent, st.agentHealth+"/readyz")
 	npWaitHTTP(b, st.server, st.serverHealth+"/readyz")
+	if impl == npPortside {
+		// The contender is Portside's head-of-line-free protocol: a pair
+		// that fell back to upstream's would be measured under its name.
+		deadline := time.Now().Add(10 * time.Second)
+		for st.serverMetric("konnectivity_network_proxy_server_portside_streams_v1_backends") != 1 {
+			if time.Now().After(deadline) {
+				b.Fatalf("portside's agent did not negotiate streams-v1 with its server:\n%s", st.agent.LogTail(20))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return st
 }
 
-func npStart(b *testing.B, name, bin string, args []string, logPath string) *proc.Process {
+func npStart(b testing.TB, name, bin string, args []string, logPath string) *proc.Process {
 	b.Helper()
 	p, err := proc.Start(name, bin, args, nil, logPath)
 	if err != nil {
@@ -261,7 +286,7 @@ func npStart(b *testing.B, name, bin string, args []string, logPath string) *pro
 }
 
 // npWaitHTTP polls url until it answers 200, failing if p exits.
-func npWaitHTTP(b *testing.B, p *proc.Process, url string) {
+func npWaitHTTP(b testing.TB, p *proc.Process, url string) {
 	b.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -287,7 +312,7 @@ func npWaitHTTP(b *testing.B, p *proc.Process, url string) {
 // npFreePorts returns n distinct ports free on 127.0.0.1 a moment ago,
 // between 20000 and 32767: below the ephemeral range, and accepted by ANP
 // (it refuses ports above 49151).
-func npFreePorts(b *testing.B, n int) []int {
+func npFreePorts(b testing.TB, n int) []int {
 	b.Helper()
 	var ports []int
 	var ls []net.Listener
@@ -314,20 +339,20 @@ func npFreePorts(b *testing.B, n int) []int {
 // npBins are the binaries under test.
 type npBins struct{ anpServer, anpAgent, portside string }
 
-// npBinaries finds upstream's binaries (skipping the benchmark without
-// them) and builds Portside's (or takes $PORTSIDE_BENCH_PORTSIDE_BIN).
-func npBinaries(b *testing.B, wantPortside bool) npBins {
+// npBinaries finds upstream's binaries (without them: a skip, a failure
+// under CI) and builds Portside's (or takes $PORTSIDE_BENCH_PORTSIDE_BIN).
+func npBinaries(b testing.TB, wantPortside bool) npBins {
 	b.Helper()
 	dir, err := tools.BinDir()
 	if err != nil {
-		b.Skipf("network proxy benchmark needs upstream ANP's binaries: %v (run `make tools`)", err)
+		testskip.Unavailable(b, "network proxy benchmark needs upstream ANP's binaries: %v (run `make tools`)", err)
 	}
 	var bins npBins
 	if bins.anpServer, err = tools.Path(dir, tools.ANPProxyServer); err != nil {
-		b.Skipf("network proxy benchmark skipped: %v", err)
+		testskip.Unavailable(b, "network proxy benchmark needs upstream ANP's proxy-server: %v (run `make tools`)", err)
 	}
 	if bins.anpAgent, err = tools.Path(dir, tools.ANPProxyAgent); err != nil {
-		b.Skipf("network proxy benchmark skipped: %v", err)
+		testskip.Unavailable(b, "network proxy benchmark needs upstream ANP's proxy-agent: %v (run `make tools`)", err)
 	}
 	if wantPortside {
 		if bins.portside, err = npPortsideBinary(b); err != nil {
@@ -339,7 +364,7 @@ func npBinaries(b *testing.B, wantPortside bool) npBins {
 
 // npPortsideBinary builds cmd/portside into a temporary directory removed
 // when b ends.
-func npPortsideBinary(b *testing.B) (string, error) {
+func npPortsideBinary(b testing.TB) (string, error) {
 	if p := os.Getenv("PORTSIDE_BENCH_PORTSIDE_BIN"); p != "" {
 		return p, nil
 	}
@@ -481,7 +506,9 @@ func (h connectDialer) dial(ctx context.Context, addr string) (net.Conn, error) 
 type npDest struct {
 	echo, sink, stall string
 
-	progress sync.Map // id -> *atomic.Int64, bytes the sink has read
+	verify    bool         // the sink checks content (npPatternAt)
+	progress  sync.Map     // id -> *npProgress
+	echoConns atomic.Int64 // connections the echo server took
 
 	mu      sync.Mutex
 	stalled []net.Conn
@@ -489,10 +516,10 @@ type npDest struct {
 	conns   map[net.Conn]struct{}
 }
 
-func startNPDest(b *testing.B) *npDest {
+func startNPDest(b testing.TB, verify bool) *npDest {
 	b.Helper()
-	d := &npDest{conns: map[net.Conn]struct{}{}, release: make(chan struct{})}
-	d.echo = d.listen(b, func(c net.Conn) { _, _ = io.Copy(c, c) })
+	d := &npDest{verify: verify, conns: map[net.Conn]struct{}{}, release: make(chan struct{})}
+	d.echo = d.listen(b, func(c net.Conn) { d.echoConns.Add(1); _, _ = io.Copy(c, c) })
 	d.sink = d.listen(b, d.serveSink)
 	d.stall = d.listen(b, func(c net.Conn) {
 		d.mu.Lock()
@@ -506,7 +533,7 @@ func startNPDest(b *testing.B) *npDest {
 	return d
 }
 
-func (d *npDest) listen(b *testing.B, handle func(net.Conn)) string {
+func (d *npDest) listen(b testing.TB, handle func(net.Conn)) string {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -549,13 +576,21 @@ func (d *npDest) serveSink(c net.Conn) {
 		return
 	}
 	size, id := int64(binary.BigEndian.Uint64(hdr[:8])), binary.BigEndian.Uint64(hdr[8:])
-	ctr, _ := d.progress.LoadOrStore(id, new(atomic.Int64))
-	n := ctr.(*atomic.Int64)
+	v, _ := d.progress.LoadOrStore(id, &npProgress{})
+	p := v.(*npProgress)
 	buf := make([]byte, 256<<10)
-	for n.Load() < size {
-		want := min(int64(len(buf)), size-n.Load())
-		k, err := c.Read(buf[:want])
-		n.Add(int64(k))
+	for off := int64(0); off < size; {
+		k, err := c.Read(buf[:min(int64(len(buf)), size-off)])
+		if d.verify && k > 0 && p.bad.Load() == 0 {
+			for i, x := range buf[:k] {
+				if x != npPatternByte(off+int64(i)) {
+					p.bad.Store(off + int64(i) + 1)
+					break
+				}
+			}
+		}
+		off += int64(k)
+		p.n.Store(off)
 		if err != nil {
 			return
 		}
@@ -563,12 +598,49 @@ func (d *npDest) serveSink(c net.Conn) {
 	_, _ = c.Write([]byte{1})
 }
 
+// npProgress is what the sink has read of one transfer.
+type npProgress struct {
+	n   atomic.Int64 // bytes
+	bad atomic.Int64 // 1 + the offset of the first byte not as sent (verify), or 0
+}
+
 // received is what the sink has read for id so far.
 func (d *npDest) received(id uint64) int64 {
 	if v, ok := d.progress.Load(id); ok {
-		return v.(*atomic.Int64).Load()
+		return v.(*npProgress).n.Load()
 	}
 	return 0
+}
+
+// corruptAt is the offset of the first byte of transfer id the sink read
+// other than it was sent, or -1 (always -1 without verify).
+func (d *npDest) corruptAt(id uint64) int64 {
+	if v, ok := d.progress.Load(id); ok {
+		return v.(*npProgress).bad.Load() - 1
+	}
+	return -1
+}
+
+// Transfers send npPatternByte(offset) at each offset: a period prime to
+// every write size, so that lost, repeated or reordered writes show.
+const npPatternPeriod = 251
+
+func npPatternByte(off int64) byte { return byte(off % npPatternPeriod) }
+
+// npPatternBuf is a buffer from which npPatternAt cuts writes of up to
+// writeSize bytes.
+func npPatternBuf(writeSize int) []byte {
+	b := make([]byte, writeSize+npPatternPeriod)
+	for i := range b {
+		b[i] = npPatternByte(int64(i))
+	}
+	return b
+}
+
+// npPatternAt is the n bytes of the pattern at offset off, from buf.
+func npPatternAt(buf []byte, off, n int64) []byte {
+	start := off % npPatternPeriod
+	return buf[start : start+n]
 }
 
 // releaseStalled closes the staller's connections.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -74,6 +75,66 @@ func BenchmarkNetworkProxy(b *testing.B) {
 	}
 }
 
+// TestNetworkProxySmoke runs BenchmarkNetworkProxy's harness, every
+// contender on both frontends, at a tiny scale, with the sink checking
+// every byte, and checks that each phase measured what it says: the bulk
+// bytes all arrived as sent, every round trip echoed its own message,
+// every counted dial reached the destination, and the head-of-line phase
+// ran (a backlog built up, A moved its bytes before and after, the proxy
+// recovered). Portside's head-of-line isolation is checked by the tests
+// in internal/netproxy and test/integration/netproxy; here only that the
+// harness can still measure it: Portside and direct are not stuck beside
+// the stalled connection.
+func TestNetworkProxySmoke(t *testing.T) {
+	cfg := npConfig{
+		bulkBytes: 3<<20 + 12345, // not a multiple of the writes: the last one is partial
+		holBytes:  1 << 20,
+		writeSize: 32 << 10,
+		rtts:      50,
+		dialers:   2,
+		dialTime:  300 * time.Millisecond,
+		rounds:    1,
+		modes:     []string{npModeGRPC, npModeHTTPConnect},
+		impls:     []string{npDirect, npUpstream, npPortside},
+		verify:    true,
+	}
+	bins := npBinaries(t, true)
+	for _, mode := range cfg.modes {
+		t.Run(mode, func(t *testing.T) {
+			res, table := runNPMode(t, mode, cfg, bins)
+			t.Log("\n" + table)
+			rounds := int64(cfg.rounds)
+			for _, impl := range cfg.impls {
+				r := res[impl]
+				if r.bulkBytes != rounds*cfg.bulkBytes || len(r.bulkRounds) != cfg.rounds {
+					t.Errorf("%s: bulk moved %d bytes in %d rounds, want %d in %d", impl, r.bulkBytes, len(r.bulkRounds), rounds*cfg.bulkBytes, cfg.rounds)
+				}
+				if impl != npDirect && r.serverCPU+r.agentCPU <= 0 {
+					t.Errorf("%s: no proxy CPU time measured over the bulk transfer", impl)
+				}
+				if len(r.rtts) != cfg.rounds*cfg.rtts {
+					t.Errorf("%s: %d round trips timed, want %d", impl, len(r.rtts), cfg.rounds*cfg.rtts)
+				}
+				if r.dials == 0 || r.dialErrs != 0 || r.dialsSeen != r.dials {
+					t.Errorf("%s: %d dials counted (%d failed), the echo server took %d; want some, none failed, all taken", impl, r.dials, r.dialErrs, r.dialsSeen)
+				}
+				if r.holAloneBytes != 2*rounds*cfg.holBytes {
+					t.Errorf("%s: head-of-line: A moved %d bytes alone, want %d (before and after)", impl, r.holAloneBytes, 2*rounds*cfg.holBytes)
+				}
+				if r.holBacklog <= 0 || r.holNoBackpressure {
+					t.Errorf("%s: head-of-line: stalled backlog %d bytes (no backpressure: %v)", impl, r.holBacklog, r.holNoBackpressure)
+				}
+				if r.holUnrecovered != 0 {
+					t.Errorf("%s: head-of-line: the proxy did not carry new connections after the stall in %d rounds", impl, r.holUnrecovered)
+				}
+				if impl != npUpstream && (r.holTimeouts != 0 || r.holStalledBytes != rounds*cfg.holBytes) {
+					t.Errorf("%s: head-of-line: beside the stalled connection A moved %d of %d bytes (%d rounds stuck)", impl, r.holStalledBytes, rounds*cfg.holBytes, r.holTimeouts)
+				}
+			}
+		})
+	}
+}
+
 type npConfig struct {
 	bulkBytes, holBytes int64
 	writeSize           int
@@ -83,6 +144,9 @@ type npConfig struct {
 	rounds              int
 	modes, impls        []string
 	profileDir          string
+	// verify has the sink check every byte it reads against what was sent
+	// (TestNetworkProxySmoke; off when measuring, it costs the sink CPU).
+	verify bool
 }
 
 func npConfigFromEnv() npConfig {
@@ -135,6 +199,7 @@ type npResult struct {
 	rtts []time.Duration
 
 	dials, dialErrs int64
+	dialsSeen       int64 // connections the echo server took during the dials
 	dialTime        time.Duration
 	dialCPU         float64 // server + agent seconds over the dial phases
 	dialSelfCPU     float64 // the benchmark process's (clients, echo server)
@@ -176,6 +241,19 @@ func mbps(n int64, d time.Duration) float64 {
 }
 
 func benchNPMode(b *testing.B, mode string, cfg npConfig, bins npBins) {
+	res, table := runNPMode(b, mode, cfg, bins)
+	// b.Log of a benchmark with sub-benchmarks shows only with -v.
+	if testing.Verbose() {
+		b.Log("\n" + table)
+	} else {
+		fmt.Print(table)
+	}
+	npReport(b, cfg, res)
+}
+
+// runNPMode starts the contenders' stacks for one frontend mode, measures
+// them in interleaved rounds and returns their results and the table.
+func runNPMode(b testing.TB, mode string, cfg npConfig, bins npBins) (map[string]*npResult, string) {
 	// A short directory: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "npb-")
 	if err != nil {
@@ -189,7 +267,7 @@ func benchNPMode(b *testing.B, mode string, cfg npConfig, bins npBins) {
 		_ = os.RemoveAll(dir)
 	})
 	pki := newNPPKI(b, dir)
-	dest := startNPDest(b)
+	dest := startNPDest(b, cfg.verify)
 	stacks := map[string]*npStack{}
 	dialers := map[string]npDialer{npDirect: directDialer{}}
 	for _, impl := range cfg.impls {
@@ -259,13 +337,7 @@ func benchNPMode(b *testing.B, mode string, cfg npConfig, bins npBins) {
 			b.Error(err)
 		}
 	}
-	// b.Log of a benchmark with sub-benchmarks shows only with -v.
-	if table := npTable(mode, cfg, res, load0, load1, elapsed); testing.Verbose() {
-		b.Log("\n" + table)
-	} else {
-		fmt.Print(table)
-	}
-	npReport(b, cfg, res)
+	return res, npTable(mode, cfg, res, load0, load1, elapsed)
 }
 
 func stackLogs(st *npStack) string {
@@ -289,7 +361,7 @@ func npTransfer(d npDialer, dest *npDest, size int64, writeSize int, timeout tim
 	var hdr [16]byte
 	binary.BigEndian.PutUint64(hdr[:8], uint64(size))
 	binary.BigEndian.PutUint64(hdr[8:], id)
-	buf := make([]byte, writeSize)
+	buf := npPatternBuf(writeSize)
 	// The transfer goes on in npTimeout's goroutine after a timeout: it
 	// stops at its next step once abandoned, closing its connection.
 	var mu sync.Mutex
@@ -338,8 +410,8 @@ func npTransfer(d npDialer, dest *npDest, size int64, writeSize int, timeout tim
 			if quit() {
 				return errNPTimeout
 			}
-			n := min(int64(len(buf)), size-sent)
-			if _, err := c.Write(buf[:n]); err != nil {
+			n := min(int64(writeSize), size-sent)
+			if _, err := c.Write(npPatternAt(buf, sent, n)); err != nil {
 				return err
 			}
 			sent += n
@@ -364,7 +436,15 @@ func npTransfer(d npDialer, dest *npDest, size int64, writeSize int, timeout tim
 	case err != nil:
 		return 0, took, false, err
 	}
-	return size, took, false, nil
+	// Acknowledged: the sink has read size bytes, unless the harness
+	// broke (a figure must count only bytes that arrived as sent).
+	if received != size {
+		return received, took, false, fmt.Errorf("acknowledged with %d of %d bytes at the sink", received, size)
+	}
+	if off := dest.corruptAt(id); off >= 0 {
+		return received, took, false, fmt.Errorf("the sink read other bytes than were sent, from offset %d", off)
+	}
+	return received, took, false, nil
 }
 
 func npBulk(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) error {
@@ -422,16 +502,23 @@ func npLatency(d npDialer, dest *npDest, cfg npConfig, r *npResult) error {
 		return err
 	}
 	defer func() { go func() { _ = c.Close() }() }()
-	msg := make([]byte, 64)
+	msg, sent := make([]byte, 64), make([]byte, 64)
+	var seq uint64
 	rtt := func() (time.Duration, error) {
+		seq++
+		binary.BigEndian.PutUint64(sent, seq)
 		start := time.Now()
-		if _, err := c.Write(msg); err != nil {
+		if _, err := c.Write(sent); err != nil {
 			return 0, err
 		}
 		if _, err := io.ReadFull(c, msg); err != nil {
 			return 0, err
 		}
-		return time.Since(start), nil
+		took := time.Since(start)
+		if !bytes.Equal(msg, sent) {
+			return 0, fmt.Errorf("round trip %d: echo %x, want %x", seq, msg, sent)
+		}
+		return took, nil
 	}
 	return npTimeout(5*time.Minute, func() error {
 		for range min(200, cfg.rtts) { // warm-up
@@ -458,13 +545,14 @@ func npDials(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) e
 	self0 := procCPUSeconds(os.Getpid())
 	var count, errs atomic.Int64
 	var firstErr atomic.Value
+	seen0 := dest.echoConns.Load()
 	start := time.Now()
 	deadline := start.Add(cfg.dialTime)
 	err := npTimeout(cfg.dialTime+2*time.Minute, func() error {
 		var wg sync.WaitGroup
 		for range cfg.dialers {
 			wg.Go(func() {
-				one := []byte{1}
+				one := []byte{0}
 				for time.Now().Before(deadline) {
 					err := func() error {
 						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -473,6 +561,8 @@ func npDials(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) e
 						if err != nil {
 							return err
 						}
+						want := one[0] + 1
+						one[0] = want
 						if _, err := c.Write(one); err != nil {
 							_ = c.Close()
 							return err
@@ -480,6 +570,10 @@ func npDials(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) e
 						if _, err := io.ReadFull(c, one); err != nil {
 							_ = c.Close()
 							return err
+						}
+						if one[0] != want {
+							_ = c.Close()
+							return fmt.Errorf("echo %d, want %d", one[0], want)
 						}
 						return c.Close()
 					}()
@@ -503,6 +597,12 @@ func npDials(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) e
 	if e := firstErr.Load(); e != nil && errs.Load() > count.Load()/100 {
 		return fmt.Errorf("%d of %d dials failed, first: %v", errs.Load(), errs.Load()+count.Load(), e)
 	}
+	// Each counted dial had its byte echoed, so the echo server took it.
+	seen := dest.echoConns.Load() - seen0
+	if seen < count.Load() {
+		return fmt.Errorf("%d dials counted, the echo server took %d connections", count.Load(), seen)
+	}
+	r.dialsSeen += seen
 	r.dialSelfCPU += procCPUSeconds(os.Getpid()) - self0
 	if st != nil {
 		s1, a1 := st.cpuSeconds()
@@ -607,7 +707,7 @@ func npHOL(d npDialer, dest *npDest, cfg npConfig, r *npResult) error {
 
 // npProfile takes 5 s CPU profiles of a stack's server and agent under
 // bulk traffic, then under dials.
-func npProfile(b *testing.B, st *npStack, dest *npDest, cfg npConfig) {
+func npProfile(b testing.TB, st *npStack, dest *npDest, cfg npConfig) {
 	if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
 		b.Error(err)
 		return
