@@ -206,14 +206,14 @@ func runContender(tb testing.TB, client kubernetes.Interface, c contender, names
 	var peak float64
 	ticker := time.NewTicker(200 * time.Millisecond)
 	defer ticker.Stop()
-	timeout := time.After(30 * time.Minute)
+	timeout := time.After(passTimeout(len(names)))
 wait:
 	for {
 		select {
 		case <-done:
 			break wait
 		case <-timeout:
-			tb.Fatalf("%s: only %d of %d nodes initialized after 30 minutes\n%s", c.Name, initialized.Load(), len(names), p.LogTail(20))
+			tb.Fatalf("%s: only %d of %d nodes initialized after %v\n%s", c.Name, initialized.Load(), len(names), passTimeout(len(names)), p.LogTail(20))
 		case <-p.Done():
 			tb.Fatalf("%s exited: %v\n%s", c.Name, p.ExitErr(), p.LogTail(20))
 		case <-ticker.C:
@@ -272,6 +272,13 @@ func checkInitializedNodes(tb testing.TB, client kubernetes.Interface, who strin
 		}
 	}
 	return correct
+}
+
+// passTimeout bounds a contender's pass over n nodes: 30 minutes at 5,000
+// (upstream at its defaults takes about 12), a minute for a smoke test's
+// few, so that a broken contender fails it soon.
+func passTimeout(n int) time.Duration {
+	return min(30*time.Minute, time.Minute+time.Duration(n)*350*time.Millisecond)
 }
 
 func uninitialized(n *corev1.Node) bool {

@@ -336,14 +336,14 @@ func runRouteContender(b testing.TB, client kubernetes.Interface, c contender, l
 		b.Fatal(err)
 	}
 	var routesAt, condAt time.Duration
-	timeout := time.After(30 * time.Minute)
+	timeout := time.After(passTimeout(n))
 	for routesAt == 0 || condAt == 0 {
 		select {
 		case <-condDone:
 			condAt, condDone = time.Since(start), nil
 		case <-timeout:
 			p.Stop(5 * time.Second)
-			b.Fatalf("%s: not done after 30 minutes (%d conditions)\n%s", c.Name, ready.Load(), p.LogTail(20))
+			b.Fatalf("%s: not done after %v (%d routes, %d conditions)\n%s", c.Name, passTimeout(n), lc.Server.RouteCount(), ready.Load(), p.LogTail(20))
 		case <-p.Done():
 			b.Fatalf("%s exited: %v\n%s", c.Name, p.ExitErr(), p.LogTail(20))
 		case <-time.After(100 * time.Millisecond):
