@@ -22,6 +22,7 @@ import (
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
 	_ "github.com/portside-io/portside/pkg/providers/local" // registers "local"
 )
 
@@ -146,21 +147,53 @@ func env(t *testing.T) *fixture {
 	return fix
 }
 
-// instance creates a cloud instance for a node.
+// instance creates a cloud instance for a node, deleted when the test ends:
+// the cloud outlives a test, and the next run (-count=N) makes it again.
 func (f *fixture) instance(t *testing.T, req api.CreateInstanceRequest) *api.Instance {
 	t.Helper()
 	inst, err := f.cloud.Client.CreateInstance(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := f.cloud.Client.DeleteInstance(context.Background(), inst.ID); err != nil && !client.IsNotFound(err) {
+			t.Errorf("delete instance %s: %v", inst.Name, err)
+		}
+	})
 	return inst
 }
 
+// register registers simulated nodes, deleted with their events when the
+// test ends: a later run's node of the same name must prove everything
+// again, not find this one's events.
 func (f *fixture) register(t *testing.T, specs ...nodesim.NodeSpec) {
 	t.Helper()
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+		f.forgetEvents(t, s.Name)
+	}
+	t.Cleanup(func() {
+		if err := f.sim.Delete(context.Background(), names); err != nil {
+			t.Errorf("delete nodes %v: %v", names, err)
+		}
+	})
 	if err := f.sim.Register(context.Background(), specs); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// forgetEvents deletes the events about objects named name (nodes, and
+// Services of namespace default) when the test ends.
+func (f *fixture) forgetEvents(t *testing.T, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		sel := fields.OneTermEqualSelector("involvedObject.name", name).String()
+		if err := f.client.CoreV1().Events(metav1.NamespaceDefault).DeleteCollection(context.Background(), metav1.DeleteOptions{},
+			metav1.ListOptions{FieldSelector: sel}); err != nil {
+			t.Errorf("delete events of %s: %v", name, err)
+		}
+	})
 }
 
 // waitNode polls a node until cond holds.
