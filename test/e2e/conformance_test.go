@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/conformance"
 )
 
 // TestConformance runs `portside conformance` in three environments built
@@ -33,9 +35,15 @@ func TestConformance(t *testing.T) {
 		ccm    string // --ccm-binary; "" for Portside's
 		break_ string
 		extra  []string // more conformance flags
-		// wantFailed are the tests expected to fail; every other selected
-		// test must pass or be skipped.
+		// wantFailed are the tests expected to fail.
 		wantFailed []string
+		// notRun are the suite's tests this run's --skip leaves out: no
+		// result at all.
+		notRun []string
+		// Every other test of the suite (conformance.Tests) must pass but
+		// those skipped, each asserted with its reason: a test that starts
+		// skipping (a capability lost, a flag dropped) is a change, not
+		// a pass.
 	}{
 		{name: "portside"},
 		{name: "upstream-ccm", ccm: "test/upstreamccm",
@@ -44,7 +52,8 @@ func TestConformance(t *testing.T) {
 		{name: "broken-provider", ccm: "test/brokenccm", break_: "zones,lb-backends,routes",
 			// Through --ccm-binary it serves no webhook, and PV labels are
 			// not what it breaks; what is broken fails within 10 s.
-			extra: []string{"--skip=volumes/pv-labels", "--max-wait=10s"},
+			extra:  []string{"--skip=volumes/pv-labels", "--max-wait=10s"},
+			notRun: []string{"volumes/pv-labels"},
 			wantFailed: []string{"nodes/provided-node-ip", "nodes/lifecycle", "routes/pod-cidrs",
 				"load-balancers/ingress-and-traffic", "load-balancers/udp", "load-balancers/mixed-protocols",
 				"load-balancers/source-ranges", "load-balancers/etp-local", "load-balancers/node-changes"}},
@@ -89,29 +98,54 @@ func TestConformance(t *testing.T) {
 			report, err := conf.CombinedOutput()
 			t.Logf("portside conformance:\n%s", report)
 			results := readJUnit(t, junit)
-			var failed []string
-			for name, status := range results {
-				if status == "failed" {
-					failed = append(failed, name)
+			got := map[string][]string{}
+			for name, r := range results {
+				got[r.status] = append(got[r.status], name)
+			}
+			// The expected sets, from the suite itself: every test not left
+			// out has exactly one expected status.
+			want := map[string][]string{"failed": tc.wantFailed}
+			for _, test := range conformance.Tests() {
+				switch name := test.Name; {
+				case slices.Contains(tc.notRun, name), slices.Contains(tc.wantFailed, name):
+				case wantSkipped[name] != "":
+					want["skipped"] = append(want["skipped"], name)
+				default:
+					want["passed"] = append(want["passed"], name)
 				}
 			}
-			slices.Sort(failed)
-			want := slices.Sorted(slices.Values(tc.wantFailed))
-			if !slices.Equal(failed, want) {
-				t.Errorf("failed tests %v, want exactly %v", failed, want)
+			for _, status := range []string{"passed", "failed", "skipped"} {
+				g, w := slices.Sorted(slices.Values(got[status])), slices.Sorted(slices.Values(want[status]))
+				if !slices.Equal(g, w) {
+					t.Errorf("%s tests %v, want exactly %v", status, g, w)
+				}
 			}
-			if (err == nil) != (len(want) == 0) {
-				t.Errorf("exit status %v with %d expected failures", err, len(want))
+			if n := len(results); n != len(conformance.Tests())-len(tc.notRun) {
+				t.Errorf("%d tests reported, want %d (the suite's %d but %v)", n, len(conformance.Tests())-len(tc.notRun), len(conformance.Tests()), tc.notRun)
 			}
-			if len(results) < 14 {
-				t.Errorf("only %d tests reported", len(results))
+			for name, r := range results {
+				if r.status == "skipped" && wantSkipped[name] != "" && !strings.Contains(r.message, wantSkipped[name]) {
+					t.Errorf("%s skipped with %q, want the reason %q", name, r.message, wantSkipped[name])
+				}
+			}
+			if (err == nil) != (len(tc.wantFailed) == 0) {
+				t.Errorf("exit status %v with %d expected failures", err, len(tc.wantFailed))
 			}
 		})
 	}
 }
 
-// readJUnit returns each test case's status: passed, failed or skipped.
-func readJUnit(t *testing.T, path string) map[string]string {
+// wantSkipped are the tests skipped in every environment of
+// TestConformance, with (part of) the reason: the local cloud declares no
+// lb-ip-mode (docs/conformance.md). The other tests' needs are all met by
+// `portside up` and the flags TestConformance passes.
+var wantSkipped = map[string]string{"load-balancers/ip-mode": "needs lb-ip-mode"}
+
+type junitResult struct{ status, message string }
+
+// readJUnit returns each test case's status (passed, failed or skipped) and
+// its failure or skip message.
+func readJUnit(t *testing.T, path string) map[string]junitResult {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -130,22 +164,29 @@ func readJUnit(t *testing.T, path string) map[string]string {
 	for _, s := range doc.Suites {
 		cases = append(cases, s.Cases...)
 	}
-	out := map[string]string{}
+	out := map[string]junitResult{}
 	for _, c := range cases {
+		if _, dup := out[c.Name]; dup {
+			t.Errorf("JUnit report: %s reported twice", c.Name)
+		}
 		switch {
 		case c.Failure != nil:
-			out[c.Name] = "failed"
+			out[c.Name] = junitResult{"failed", c.Failure.Message}
 		case c.Skipped != nil:
-			out[c.Name] = "skipped"
+			out[c.Name] = junitResult{"skipped", c.Skipped.Message}
 		default:
-			out[c.Name] = "passed"
+			out[c.Name] = junitResult{"passed", ""}
 		}
 	}
 	return out
 }
 
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+}
+
 type junitCase struct {
-	Name    string    `xml:"name,attr"`
-	Failure *struct{} `xml:"failure"`
-	Skipped *struct{} `xml:"skipped"`
+	Name    string        `xml:"name,attr"`
+	Failure *junitMessage `xml:"failure"`
+	Skipped *junitMessage `xml:"skipped"`
 }
