@@ -354,6 +354,7 @@ func runLBContender(b testing.TB, client kubernetes.Interface, lc *localcloudtes
 	watch(allIngress, "every Service getting its ingress")
 	r.ingressS = time.Since(start).Seconds()
 	r.ingressCalls = float64(lbCalls(lc)-before) / float64(nSvcs)
+	checkLBIngress(b, client, lc, c.Name, names, len(sim.Names()))
 
 	// A node update that changes nothing the load balancers use: no calls.
 	time.Sleep(3 * time.Second) // let the last status writes settle
@@ -434,4 +435,42 @@ func runLBContender(b testing.TB, client kubernetes.Interface, lc *localcloudtes
 		time.Sleep(200 * time.Millisecond)
 	}
 	return r
+}
+
+// checkLBIngress: the cloud holds one load balancer per Service, each with
+// every node as a backend (all different), and the Services' ingress
+// addresses are exactly the load balancers' VIPs. Reads (GETs) are not
+// counted as the contender's calls (lbCalls counts writes).
+func checkLBIngress(tb testing.TB, client kubernetes.Interface, lc *localcloudtest.Cloud, who string, services []string, nodes int) {
+	tb.Helper()
+	ctx := context.Background()
+	lbs, err := lc.Client.ListLoadBalancers(ctx, "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var vips, ingress []string
+	for _, lb := range lbs {
+		vips = append(vips, lb.VIPs...)
+		addrs := map[string]bool{}
+		for _, be := range lb.Backends {
+			addrs[be.Address] = true
+		}
+		if len(lb.Backends) != nodes || len(addrs) != nodes {
+			tb.Errorf("%s: load balancer %s has %d backends (%d addresses), want the %d nodes", who, lb.Name, len(lb.Backends), len(addrs), nodes)
+		}
+	}
+	for _, name := range services {
+		svc, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			ingress = append(ingress, in.IP)
+		}
+	}
+	slices.Sort(vips)
+	slices.Sort(ingress)
+	if len(lbs) != len(services) || !slices.Equal(vips, ingress) {
+		tb.Errorf("%s: %d load balancers for %d Services; VIPs %v, Services' ingress %v", who, len(lbs), len(services), vips, ingress)
+	}
 }
