@@ -37,6 +37,7 @@ func (f *fixture) node(t *testing.T, name string) {
 	inst := f.instance(t, api.CreateInstanceRequest{Name: name, Zone: "zone-a"})
 	f.register(t, nodesim.NodeSpec{Name: name})
 	f.proxy.AddNode(name, netip.MustParseAddr(inst.Addresses[0].Address))
+	t.Cleanup(func() { f.proxy.RemoveNode(name) })
 	f.waitNode(t, name, 20*time.Second, "initialization", initialized)
 }
 
@@ -60,12 +61,21 @@ func lbSvc(name string, mut func(*corev1.Service)) *corev1.Service {
 	return svc
 }
 
+// createSvc creates a Service of the package's cluster; when the test
+// ends, it is deleted (if the test did not) and its events too.
 func (f *fixture) createSvc(t *testing.T, svc *corev1.Service) *corev1.Service {
 	t.Helper()
+	f.forgetEvents(t, svc.Name)
 	created, err := f.client.CoreV1().Services(svc.Namespace).Create(context.Background(), svc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		err := f.client.CoreV1().Services(svc.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) { // conflict: a Service of the same name the test made again
+			t.Errorf("delete Service %s: %v", svc.Name, err)
+		}
+	})
 	return created
 }
 
