@@ -170,6 +170,17 @@ func kinds(objs []object) []string {
 // without persisting it.
 func dryRunApply(t *testing.T, stream string) string {
 	t.Helper()
+	out := kubectlApply(t, stream, "--dry-run=server")
+	if !strings.Contains(out, "(server dry run)") {
+		t.Fatalf("not a server dry run:\n%s", out)
+	}
+	return out
+}
+
+// kubectlApply is `kubectl apply [flags] -f -` of stream against the test
+// apiserver; a failure fails the test, naming the objects.
+func kubectlApply(t *testing.T, stream string, flags ...string) string {
+	t.Helper()
 	bin, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -178,14 +189,12 @@ func dryRunApply(t *testing.T, stream string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(kubectl, "--kubeconfig", testenv.Kubeconfig(t), "apply", "--dry-run=server", "-f", "-")
+	args := append([]string{"--kubeconfig", testenv.Kubeconfig(t), "apply"}, flags...)
+	cmd := exec.Command(kubectl, append(args, "-f", "-")...)
 	cmd.Stdin = strings.NewReader(stream)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl apply --dry-run=server: %v\n%s\nrendering:\n%s", err, out, stream)
-	}
-	if !strings.Contains(string(out), "(server dry run)") {
-		t.Fatalf("not a server dry run:\n%s", out)
+		t.Fatalf("kubectl apply %s: %v\n%s\nobjects:\n%s", strings.Join(flags, " "), err, out, stream)
 	}
 	return string(out)
 }

@@ -2,7 +2,6 @@ package helm
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portside-io/portside/internal/testenv"
-	"github.com/portside-io/portside/internal/tools"
 )
 
 // TestChartRBACCannotReadSecrets: the chart's rendered RBAC, applied for
@@ -94,19 +92,7 @@ func TestChartRBACCannotReadSecrets(t *testing.T) {
 // apply creates or updates the objects for real (RBAC only: nothing runs).
 func apply(t *testing.T, stream string) {
 	t.Helper()
-	bin, err := tools.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl, err := tools.Path(bin, tools.Kubectl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(kubectl, "--kubeconfig", testenv.Kubeconfig(t), "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(stream)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s\nobjects:\n%s", err, out, stream)
-	}
+	kubectlApply(t, stream)
 }
 
 // canI is `kubectl auth can-i --as=user verb resource [-n namespace]`, as
