@@ -3,15 +3,19 @@ package registry
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/go-logr/logr"
 )
 
 // journalFile is the manifest journal in the registry's directory: one JSON
@@ -54,29 +58,52 @@ func splitManifestPath(path string) (repo, ref string, ok bool) {
 	return strings.Join(elem[1:len(elem)-2], "/"), elem[len(elem)-1], true
 }
 
+// request rebuilds the entry's write as a request. The URL is built as a
+// structure (only its Path set, never parsed from a string), so no name can
+// turn into a query or fragment, and the entry is checked against the same
+// grammar as a live write first.
 func (e journalEntry) request() (*http.Request, error) {
-	path := "/v2/" + e.Repo + "/manifests/" + e.Ref
+	var method string
 	switch e.Op {
 	case "put":
-		req, err := http.NewRequest(http.MethodPut, path, bytes.NewReader(e.Body))
-		if err == nil {
-			req.Header.Set("Content-Type", e.ContentType)
-		}
-		return req, err
+		method = http.MethodPut
 	case "delete":
-		return http.NewRequest(http.MethodDelete, path, nil)
+		method = http.MethodDelete
+	default:
+		return nil, fmt.Errorf("unknown journal op %q", e.Op)
 	}
-	return nil, fmt.Errorf("unknown journal op %q", e.Op)
+	if r := CheckManifestWrite(e.Op == "put", e.Repo, e.Ref, e.Body); r != nil {
+		return nil, r
+	}
+	req := &http.Request{
+		Method:     method,
+		URL:        &url.URL{Path: "/v2/" + e.Repo + "/manifests/" + e.Ref},
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     http.Header{},
+		Body:       http.NoBody,
+		Host:       "journal.invalid",
+	}
+	if method == http.MethodPut {
+		req.Header.Set("Content-Type", e.ContentType)
+		req.Body = io.NopCloser(bytes.NewReader(e.Body))
+		req.ContentLength = int64(len(e.Body))
+	}
+	return req.WithContext(context.Background()), nil
 }
 
 // openJournal replays the journal at path into h and opens it for appends.
-// A torn last line (a crash mid-append, never acknowledged) is cut off.
-func openJournal(path string, h http.Handler) (*journal, int, error) {
+// A torn last line (a crash mid-append, never acknowledged) is cut off. An
+// entry that cannot be replayed (corrupt, outside the grammar, refused by
+// the registry) is skipped with a logged error and kept in the file: one bad
+// record must not make the cloud unable to restart, nor lose the others.
+func openJournal(path string, h http.Handler, logger logr.Logger) (*journal, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, 0, fmt.Errorf("manifest journal: %w", err)
 	}
-	n, good, err := replay(f, h)
+	n, good, err := replay(f, h, logger)
 	if err == nil {
 		err = f.Truncate(good)
 	}
@@ -90,8 +117,9 @@ func openJournal(path string, h http.Handler) (*journal, int, error) {
 	return &journal{f: f}, n, nil
 }
 
-// replay applies every complete entry; good is the offset after the last one.
-func replay(f *os.File, h http.Handler) (n int, good int64, err error) {
+// replay applies every complete entry; good is the offset after the last
+// complete line. n counts the entries applied.
+func replay(f *os.File, h http.Handler, logger logr.Logger) (n int, good int64, err error) {
 	r := bufio.NewReader(f)
 	for {
 		line, rerr := r.ReadBytes('\n')
@@ -106,20 +134,32 @@ func replay(f *os.File, h http.Handler) (n int, good int64, err error) {
 			if _, perr := r.Peek(1); errors.Is(perr, io.EOF) {
 				return n, good, nil // torn last line
 			}
-			return n, good, fmt.Errorf("entry at offset %d is corrupt: %w", good, err)
+			logger.Error(err, "Skipping a corrupt manifest journal entry", "journal", f.Name(), "offset", good)
+			good += int64(len(line))
+			continue
 		}
-		req, err := e.request()
-		if err != nil {
-			return n, good, fmt.Errorf("entry at offset %d: %w", good, err)
+		if err := apply(h, e); err != nil {
+			logger.Error(err, "Skipping a manifest journal entry that cannot be replayed",
+				"journal", f.Name(), "offset", good, "op", e.Op, "repo", e.Repo, "ref", e.Ref)
+		} else {
+			n++
 		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code/100 != 2 {
-			return n, good, fmt.Errorf("replaying %s %s:%s answered %d: %s", e.Op, e.Repo, e.Ref, rec.Code, strings.TrimSpace(rec.Body.String()))
-		}
-		n++
 		good += int64(len(line))
 	}
+}
+
+// apply serves one journal entry's write on h.
+func apply(h http.Handler, e journalEntry) error {
+	req, err := e.request()
+	if err != nil {
+		return err
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code/100 != 2 {
+		return fmt.Errorf("the registry answered %d: %s", rec.Code, strings.TrimSpace(rec.Body.String()))
+	}
+	return nil
 }
 
 // serveWrite serves a manifest PUT or DELETE and journals it (fsync'ed)
@@ -136,6 +176,12 @@ func (j *journal) serveWrite(w http.ResponseWriter, req *http.Request, h http.Ha
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	repo, ref, _ := splitManifestPath(req.URL.Path)
+	// Refused before the registry sees it, so it is neither stored nor
+	// journaled (a journaled bad name would be replayed on every restart).
+	if r := CheckManifestWrite(req.Method == http.MethodPut, repo, ref, body); r != nil {
+		writeRegError(w, r.Status, r.Code, r.Message)
+		return
+	}
 
 	j.mu.Lock()
 	defer j.mu.Unlock()

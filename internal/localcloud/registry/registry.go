@@ -64,7 +64,7 @@ func New(opts Options) (*Registry, error) {
 		ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(blobs)),
 		ggcr.Logger(log.New(logWriter{opts.Logger.V(4)}, "", 0)),
 	)
-	j, replayed, err := openJournal(filepath.Join(opts.Dir, journalFile), r.inner)
+	j, replayed, err := openJournal(filepath.Join(opts.Dir, journalFile), r.inner, opts.Logger)
 	if err != nil {
 		return nil, err
 	}

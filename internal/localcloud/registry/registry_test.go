@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 var testSecret = []byte("registry test secret")
@@ -167,10 +169,93 @@ func TestJournalTornLastLine(t *testing.T) {
 		t.Fatalf("torn entry not cut off: %s", data)
 	}
 
-	if err := os.WriteFile(path, []byte("not json\n{}\n"), 0o644); err != nil {
+}
+
+// putManifest PUTs body as a manifest at rawPath (sent as given, escapes
+// and all) and returns the answer's status and error code.
+func putManifest(t *testing.T, host, rawPath string, auth authn.Authenticator, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, "http://"+host+rawPath, bytes.NewReader(body))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Options{Host: "h:1", Dir: dir, Secret: testSecret}); err == nil || !strings.Contains(err.Error(), "corrupt") {
-		t.Fatalf("corrupt journal: %v", err)
+	req.Header.Set("Content-Type", string(types.OCIManifestSchema1))
+	a, _ := auth.Authorization()
+	req.SetBasicAuth(a.Username, a.Password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var e struct{ Errors []struct{ Code, Message string } }
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	if len(e.Errors) > 0 {
+		return resp.StatusCode, e.Errors[0].Code
+	}
+	return resp.StatusCode, ""
+}
+
+// TestBadNamesAndBadJournalRecords: a push under a name outside the OCI
+// grammar is refused and not journaled; a journal holding bad records (as
+// written by a registry that accepted such names, or damaged) still opens,
+// skipping them, and the other images are served.
+func TestBadNamesAndBadJournalRecords(t *testing.T) {
+	dir := t.TempDir()
+	host := serve(t, dir)
+	push := cred(host, NodeSubject, true, time.Hour)
+	digest, err := SeedImage(context.Background(), host, DefaultSeedImage, push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := SeedImageContents()
+	manifest, _ := img.RawManifest()
+	for _, tc := range []struct {
+		path, code string
+	}{
+		{"/v2/evil%3Fx/manifests/1", "NAME_INVALID"},
+		{"/v2/Evil/manifests/1", "NAME_INVALID"},
+		{"/v2/a/../b/manifests/1", "NAME_INVALID"},
+		{"/v2/portside/hello/manifests/.bad", "TAG_INVALID"},
+		{"/v2/portside/hello/manifests/sha256:" + strings.Repeat("0", 64), "DIGEST_INVALID"},
+	} {
+		if code, ec := putManifest(t, host, tc.path, push, manifest); code != http.StatusBadRequest || ec != tc.code {
+			t.Errorf("PUT %s = %d %s, want 400 %s", tc.path, code, ec, tc.code)
+		}
+	}
+	if code, ec := putManifest(t, host, "/v2/portside/hello/manifests/"+digest, push, manifest); code != http.StatusCreated {
+		t.Errorf("PUT by its own digest = %d %s, want 201", code, ec)
+	}
+	path := filepath.Join(dir, journalFile)
+	if data, _ := os.ReadFile(path); strings.Contains(string(data), "evil") {
+		t.Fatalf("a refused push was journaled: %s", data)
+	}
+
+	// Plant bad records between good ones: what an older registry journaled
+	// for evil%3Fx, garbage, an unknown op, and an index whose manifests the
+	// registry does not hold (it refuses the replay).
+	evil, _ := json.Marshal(journalEntry{Op: "put", Repo: "evil?x", Ref: "1", ContentType: string(types.OCIManifestSchema1), Body: manifest})
+	index, _ := json.Marshal(journalEntry{Op: "put", Repo: "portside/idx", Ref: "1", ContentType: string(types.OCIImageIndex),
+		Body: []byte(`{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","size":1,"digest":"sha256:` + strings.Repeat("1", 64) + `"}]}`)})
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(string(evil) + "\nnot json\n" + `{"op":"chmod","repo":"a","ref":"1"}` + "\n" + string(index) + "\n")
+	_ = f.Close()
+
+	host2 := serve(t, dir)
+	push2 := cred(host2, NodeSubject, true, time.Hour)
+	if _, err := SeedImage(context.Background(), host2, "portside/after:1", push2); err != nil {
+		t.Fatalf("push after a restart over bad records: %v", err)
+	}
+	host3 := serve(t, dir)
+	pull3 := remote.WithAuth(cred(host3, NodeSubject, false, time.Hour))
+	for _, r := range []string{DefaultSeedImage, "portside/hello@" + digest, "portside/after:1"} {
+		if desc, err := remote.Get(ref(t, host3, r), pull3); err != nil || desc.Digest.String() != digest {
+			t.Errorf("%s after restarts over bad records: %v %v", r, desc, err)
+		}
+	}
+	if _, err := remote.Get(ref(t, host3, "portside/idx:1"), pull3); status(err) != http.StatusNotFound {
+		t.Errorf("a refused journal entry is served: %v", err)
 	}
 }

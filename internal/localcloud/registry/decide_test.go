@@ -1,0 +1,77 @@
+package registry
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"strings"
+	"testing"
+)
+
+func TestCheckManifestWrite(t *testing.T) {
+	body := []byte(`{"schemaVersion":2}`)
+	s256 := sha256.Sum256(body)
+	s512 := sha512.Sum512(body)
+	d256 := "sha256:" + hex.EncodeToString(s256[:])
+	d512 := "sha512:" + hex.EncodeToString(s512[:])
+	other := "sha256:" + strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name      string
+		put       bool
+		repo, ref string
+		want      string // error code, "" for allowed
+	}{
+		{"tag", true, "portside/hello", "1.0", ""},
+		{"nested name with separators", true, "a.b/c_d/e__f/g--h/i-j", "latest", ""},
+		{"one-letter name and tag", true, "a", "_", ""},
+		{"tag of 128", true, "a", strings.Repeat("t", 128), ""},
+		{"by its sha256", true, "a", d256, ""},
+		{"by its sha512", true, "a", d512, ""},
+		{"delete by any well-formed digest", false, "a", other, ""},
+		{"delete by tag", false, "a", "v1", ""},
+
+		{"query in name (evil%3Fx)", true, "evil?x", "1", "NAME_INVALID"},
+		{"fragment in name", true, "a#b", "1", "NAME_INVALID"},
+		{"uppercase name", true, "Portside/hello", "1", "NAME_INVALID"},
+		{"empty name", true, "", "1", "NAME_INVALID"},
+		{"empty component", true, "a//b", "1", "NAME_INVALID"},
+		{"trailing slash", true, "a/", "1", "NAME_INVALID"},
+		{"dot-dot component", true, "a/../b", "1", "NAME_INVALID"},
+		{"leading separator", true, "-a", "1", "NAME_INVALID"},
+		{"trailing separator", true, "a-", "1", "NAME_INVALID"},
+		{"three underscores", true, "a___b", "1", "NAME_INVALID"},
+		{"two dots", true, "a..b", "1", "NAME_INVALID"},
+		{"space", true, "a b", "1", "NAME_INVALID"},
+		{"name too long", true, strings.Repeat("a", 256), "1", "NAME_INVALID"},
+		{"bad name on delete too", false, "evil?x", "1", "NAME_INVALID"},
+
+		{"empty tag", true, "a", "", "TAG_INVALID"},
+		{"tag starting with dot", true, "a", ".x", "TAG_INVALID"},
+		{"tag starting with dash", true, "a", "-x", "TAG_INVALID"},
+		{"tag of 129", true, "a", strings.Repeat("t", 129), "TAG_INVALID"},
+		{"tag with query", true, "a", "1?x", "TAG_INVALID"},
+		{"tag with slash-free percent", true, "a", "1%20", "TAG_INVALID"},
+
+		{"digest without hex", true, "a", "sha256:", "DIGEST_INVALID"},
+		{"digest without algorithm", true, "a", ":abc", "DIGEST_INVALID"},
+		{"uppercase sha256", true, "a", "sha256:" + strings.ToUpper(d256[7:]), "DIGEST_INVALID"},
+		{"short sha256", true, "a", d256[:70], "DIGEST_INVALID"},
+		{"unsupported algorithm", true, "a", "md5:" + strings.Repeat("a", 32), "DIGEST_INVALID"},
+		{"two colons", true, "a", "sha256:a:b", "DIGEST_INVALID"},
+		{"body of another digest", true, "a", other, "DIGEST_INVALID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := CheckManifestWrite(tc.put, tc.repo, tc.ref, body)
+			got := ""
+			if r != nil {
+				got = r.Code
+				if r.Status != 400 || r.Message == "" {
+					t.Errorf("refusal %+v: want status 400 and a message", r)
+				}
+			}
+			if got != tc.want {
+				t.Errorf("CheckManifestWrite(%v, %q, %q) = %v, want code %q", tc.put, tc.repo, tc.ref, r, tc.want)
+			}
+		})
+	}
+}
