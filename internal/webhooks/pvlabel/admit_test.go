@@ -140,8 +140,14 @@ func TestAdmit(t *testing.T) {
 	labeled.Labels = map[string]string{"app": "db", gaZone: "zone-a", gaRegion: "r1"}
 	labeled.Spec.NodeAffinity = affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1")))
 	kept := csiPV("pv-1", map[string]string{gaZone: "zone-x", gaRegion: "r1"})
+	kept.Annotations = map[string]string{AnnProvisionedBy: local.CSIDriver}
 	keptWithAffinity := kept.DeepCopy()
 	keptWithAffinity.Spec.NodeAffinity = affinity(term(in(gaZone, "zone-x"), in(gaRegion, "r1")))
+	// A PV written by a person (no provisioned-by): its labels are not trusted.
+	userLabeled := csiPV("pv-1", map[string]string{gaZone: "zone-x", gaRegion: "r1"})
+	userRelabeled := userLabeled.DeepCopy()
+	userRelabeled.Labels = map[string]string{gaZone: "zone-a", gaRegion: "r1"}
+	userRelabeled.Spec.NodeAffinity = affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1")))
 	boom := errors.New("cloud on fire")
 	throttled := cloud.RetryAfter(7*time.Second, "rate limited")
 
@@ -163,6 +169,14 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "labels disagree: kept, affinity added, warned", vols: &fakeVolumes{topo: topology("r1", "zone-a")},
 			req: createPV(mustJSON(t, kept)), want: keptWithAffinity, warn: "disagree", outcome: outcomeLabeled,
+		},
+		{
+			name: "not provisioned, labels disagree: the cloud's replace them, warned", vols: &fakeVolumes{topo: topology("r1", "zone-a")},
+			req: createPV(mustJSON(t, userLabeled)), want: userRelabeled, warn: `label topology.kubernetes.io/zone="zone-x" replaced with the cloud's "zone-a"`, outcome: outcomeLabeled,
+		},
+		{
+			name: "not provisioned, labels set, provider error: denied (its labels are not trusted)", vols: &fakeVolumes{err: boom}, req: createPV(mustJSON(t, userLabeled)),
+			code: 500, outcome: outcomeProviderErrorDenied, wantText: "cloud on fire",
 		},
 		{
 			name: "not ours", vols: &fakeVolumes{err: fmt.Errorf("nope: %w", cloud.ErrNotImplemented)}, req: createPV(raw), want: pv,

@@ -36,22 +36,31 @@ var (
 	betaKeys = topologyKeys{corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion}
 )
 
+// AnnProvisionedBy is the annotation a provisioner (the PV controller's
+// in-tree provisioning, or CSI's external-provisioner) sets on the PVs it
+// creates: storagehelpers.AnnDynamicallyProvisioned upstream.
+const AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
+
 // Decide computes the topology labels and node affinity of pv from the
-// cloud's topology of its volume. topo nil means the cloud could not tell:
-// then only labels the PV already carries are used.
+// cloud's topology of its volume. topo nil means the cloud could not tell.
 //
-// A PV that carries a usable zone and region pair (GA, else beta) keeps it,
-// as upstream's PersistentVolumeLabel plugin trusted dynamically provisioned
-// PVs; the cloud's topology only checks it. Otherwise the cloud's labels
-// (GA keys) are set, replacing any partial ones, as upstream did.
+// As upstream's PersistentVolumeLabel plugin (and the cloud providers'
+// webhooks that replaced it), a PV's own zone and region pair (GA, else
+// beta) is trusted only when the PV was dynamically provisioned: the
+// provisioner asked the cloud where it created the volume. Anyone else may
+// write any label, and a PV labelled with the wrong zone schedules its pods
+// where the volume cannot attach, so for other PVs the cloud's topology
+// wins (GA keys) and every label it replaces is named in a warning.
+// Upstream replaced silently; a trusted PV's labels are still compared with
+// the cloud's (a warning, labels kept), which upstream did not do.
 func Decide(pv *corev1.PersistentVolume, topo *cloud.VolumeTopology) Decision {
 	var d Decision
-	keys, zone, region, kept := existingTopology(pv.Labels)
+	keys, zone, region, kept := trustedTopology(pv)
 	want := map[string]string{}
 	if kept {
 		want[keys.zone], want[keys.region] = zone, region
 		if topo != nil {
-			if w := disagreement(pv.Name, keys, zone, region, topo); w != "" {
+			if w := disagreement(pv.Name, keys, zone, region, topo, "labels kept"); w != "" {
 				d.Warnings = append(d.Warnings, w)
 			}
 		}
@@ -63,6 +72,14 @@ func Decide(pv *corev1.PersistentVolume, topo *cloud.VolumeTopology) Decision {
 		if r := strings.TrimSpace(topo.Region); r != "" {
 			want[keys.region] = r
 		}
+		// The cloud answers with GA keys only; beta labels that say
+		// otherwise are left (as upstream), but the scheduler's
+		// VolumeZone plugin reads them too, so say so.
+		if bk, bz, br, ok := existingTopology(pv.Labels, betaKeys); ok && len(want) > 0 {
+			if w := disagreement(pv.Name, bk, bz, br, topo, "beta labels kept: remove or correct them, the scheduler reads them too"); w != "" {
+				d.Warnings = append(d.Warnings, w)
+			}
+		}
 	}
 	if len(want) == 0 {
 		return d
@@ -73,14 +90,18 @@ func Decide(pv *corev1.PersistentVolume, topo *cloud.VolumeTopology) Decision {
 		if !ok || pv.Labels[k] == v {
 			continue
 		}
+		old, had := pv.Labels[k]
+		if had && k == keys.zone && validZones(old) && slices.Equal(labelZones(old), labelZones(v)) {
+			continue // the same zones in another order: nothing to replace
+		}
 		if d.Labels == nil {
 			d.Labels = maps.Clone(pv.Labels)
 			if d.Labels == nil {
 				d.Labels = map[string]string{}
 			}
 		}
-		if old, had := pv.Labels[k]; had {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("persistent volume %s: label %s=%q replaced with the cloud's %q", pv.Name, k, old, v))
+		if had {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("persistent volume %s: label %s=%q replaced with the cloud's %q%s", pv.Name, k, old, v, untrustedNote(pv)))
 		}
 		d.Labels[k] = v
 	}
@@ -88,10 +109,34 @@ func Decide(pv *corev1.PersistentVolume, topo *cloud.VolumeTopology) Decision {
 	return d
 }
 
-// existingTopology returns the PV's zone and region pair when both labels
-// are set and usable: GA keys first, then beta, as upstream looked them up.
-func existingTopology(labels map[string]string) (keys topologyKeys, zone, region string, ok bool) {
-	for _, k := range []topologyKeys{gaKeys, betaKeys} {
+// Provisioned reports whether pv carries the annotation of a dynamic
+// provisioner; its value is not checked, as upstream (HasAnnotation).
+func Provisioned(pv *corev1.PersistentVolume) bool {
+	_, ok := pv.Annotations[AnnProvisionedBy]
+	return ok
+}
+
+// trustedTopology is the PV's own zone and region pair when Decide uses it
+// as it is: a dynamically provisioned PV's usable pair.
+func trustedTopology(pv *corev1.PersistentVolume) (keys topologyKeys, zone, region string, ok bool) {
+	if !Provisioned(pv) {
+		return topologyKeys{}, "", "", false
+	}
+	return existingTopology(pv.Labels, gaKeys, betaKeys)
+}
+
+// untrustedNote says why a full pair of labels was not used.
+func untrustedNote(pv *corev1.PersistentVolume) string {
+	if _, _, _, ok := existingTopology(pv.Labels, gaKeys, betaKeys); ok && !Provisioned(pv) {
+		return " (the PV has no " + AnnProvisionedBy + " annotation: only a provisioner's topology labels are trusted)"
+	}
+	return ""
+}
+
+// existingTopology returns the first of pairs (GA, then beta, as upstream
+// looked them up) whose zone and region labels are both set and usable.
+func existingTopology(labels map[string]string, pairs ...topologyKeys) (keys topologyKeys, zone, region string, ok bool) {
+	for _, k := range pairs {
 		zone, zok := labels[k.zone]
 		region, rok := labels[k.region]
 		if zok && rok && strings.TrimSpace(region) != "" && validZones(zone) {
@@ -134,7 +179,7 @@ func normalizeZones(zones []string) []string {
 
 // disagreement is a warning when kept labels differ from what the cloud
 // knows; an unknown part of the cloud's topology is not compared.
-func disagreement(name string, keys topologyKeys, zone, region string, topo *cloud.VolumeTopology) string {
+func disagreement(name string, keys topologyKeys, zone, region string, topo *cloud.VolumeTopology, outcome string) string {
 	cloudZones := normalizeZones(topo.Zones)
 	cloudRegion := strings.TrimSpace(topo.Region)
 	zonesDiffer := len(cloudZones) > 0 && !slices.Equal(labelZones(zone), cloudZones)
@@ -142,9 +187,9 @@ func disagreement(name string, keys topologyKeys, zone, region string, topo *clo
 	if !zonesDiffer && !regionDiffers {
 		return ""
 	}
-	return fmt.Sprintf("persistent volume %s: labels %s=%q %s=%q disagree with the cloud's zone %q region %q: labels kept",
+	return fmt.Sprintf("persistent volume %s: labels %s=%q %s=%q disagree with the cloud's zone %q region %q: %s",
 		name, keys.zone, zone, keys.region, region,
-		strings.Join(cloudZones, cloudvolume.LabelMultiZoneDelimiter), cloudRegion)
+		strings.Join(cloudZones, cloudvolume.LabelMultiZoneDelimiter), cloudRegion, outcome)
 }
 
 // requirements are the node selector requirements of the topology labels:

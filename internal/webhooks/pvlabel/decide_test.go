@@ -42,8 +42,9 @@ func topology(region string, zones ...string) *cloud.VolumeTopology {
 func TestDecide(t *testing.T) {
 	hostname := in(corev1.LabelHostname, "node-1")
 	cases := []struct {
-		name       string
-		labels     map[string]string
+		name        string
+		provisioned bool // the PV has the provisioned-by annotation
+		labels      map[string]string
 		aff        *corev1.VolumeNodeAffinity
 		topo       *cloud.VolumeTopology
 		wantLabels map[string]string
@@ -83,43 +84,117 @@ func TestDecide(t *testing.T) {
 			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
 		},
 		{
-			name: "labels match, no affinity: affinity added", labels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			name: "labels match, no affinity: affinity added", provisioned: true, labels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
 			topo:    topology("r1", "zone-a"),
 			wantAff: affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
 		},
 		{
-			name: "labels match, affinity there: unchanged", labels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			name: "labels match, affinity there: unchanged", provisioned: true, labels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
 			aff: affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))), topo: topology("r1", "zone-a"),
 		},
 		{
-			name: "multi-zone labels in another order match", labels: map[string]string{gaZone: "zone-b__zone-a", gaRegion: "r1"},
+			name: "multi-zone labels in another order match", provisioned: true, labels: map[string]string{gaZone: "zone-b__zone-a", gaRegion: "r1"},
 			topo:    topology("r1", "zone-a", "zone-b"),
 			wantAff: affinity(term(in(gaZone, "zone-a", "zone-b"), in(gaRegion, "r1"))),
 		},
 		{
-			name: "labels disagree: kept, warned", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			name: "labels disagree: kept, warned", provisioned: true, labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
 			topo:     topology("r1", "zone-a"),
 			wantAff:  affinity(term(in(gaZone, "zone-x"), in(gaRegion, "r1"))),
 			wantWarn: `disagree with the cloud's zone "zone-a" region "r1": labels kept`,
 		},
 		{
-			name: "region disagrees: kept, warned", labels: map[string]string{gaZone: "zone-a", gaRegion: "r2"},
+			name: "region disagrees: kept, warned", provisioned: true, labels: map[string]string{gaZone: "zone-a", gaRegion: "r2"},
 			topo:     topology("r1", "zone-a"),
 			wantAff:  affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r2"))),
 			wantWarn: "disagree",
 		},
 		{
-			name: "labels kept, the cloud tells only the region: zones not compared", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			name: "labels kept, the cloud tells only the region: zones not compared", provisioned: true, labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
 			topo:    topology("r1"),
 			wantAff: affinity(term(in(gaZone, "zone-x"), in(gaRegion, "r1"))),
 		},
 		{
-			name: "labels kept, cloud could not tell", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			name: "labels kept, cloud could not tell", provisioned: true, labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
 			topo:    nil,
 			wantAff: affinity(term(in(gaZone, "zone-x"), in(gaRegion, "r1"))),
 		},
+		// Upstream trusts a PV's labels only when it was dynamically
+		// provisioned; on other PVs the cloud's topology wins.
 		{
-			name: "beta labels kept: affinity on beta keys", labels: map[string]string{betaZone: "zone-a", betaRegion: "r1"},
+			name: "not provisioned, labels disagree: the cloud's replace them, warned", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+			wantWarn:   `label topology.kubernetes.io/zone="zone-x" replaced with the cloud's "zone-a" (the PV has no pv.kubernetes.io/provisioned-by annotation`,
+		},
+		{
+			name: "not provisioned, region disagrees: replaced, warned", labels: map[string]string{gaZone: "zone-a", gaRegion: "r2"},
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+			wantWarn:   `label topology.kubernetes.io/region="r2" replaced with the cloud's "r1"`,
+		},
+		{
+			name: "not provisioned, labels agree: affinity added, no warning", labels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			topo:    topology("r1", "zone-a"),
+			wantAff: affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+		},
+		{
+			name: "not provisioned, the same zones in another order: kept", labels: map[string]string{gaZone: "zone-b__zone-a", gaRegion: "r1"},
+			topo:    topology("r1", "zone-a", "zone-b"),
+			wantAff: affinity(term(in(gaZone, "zone-a", "zone-b"), in(gaRegion, "r1"))),
+		},
+		{
+			name: "not provisioned, cloud tells only the region: the zone label stays, affinity on the region (as upstream)", labels: map[string]string{gaZone: "zone-x", gaRegion: "r2"},
+			topo:       topology("r1"),
+			wantLabels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaRegion, "r1"))),
+			wantWarn:   `label topology.kubernetes.io/region="r2" replaced`,
+		},
+		{
+			name: "not provisioned, cloud could not tell: labels not used", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			topo: nil,
+		},
+		{
+			name: "not provisioned, empty topology: unchanged (as upstream: no labels from the cloud)", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			topo: topology(""),
+		},
+		{
+			name: "not provisioned, affinity already on the zone key: labels replaced, affinity left", labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			aff:        affinity(term(in(gaZone, "zone-x"))),
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			wantWarn:   "replaced",
+		},
+		{
+			name: "not provisioned, beta labels: the cloud's GA labels added, beta kept", labels: map[string]string{betaZone: "zone-a", betaRegion: "r1"},
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{betaZone: "zone-a", betaRegion: "r1", gaZone: "zone-a", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+		},
+		{
+			name: "not provisioned, beta labels disagree: GA labels added, warned about the beta ones", labels: map[string]string{betaZone: "zone-x", betaRegion: "r1"},
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{betaZone: "zone-x", betaRegion: "r1", gaZone: "zone-a", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+			wantWarn:   "beta labels kept: remove or correct them",
+		},
+		{
+			name: "provisioned with an empty annotation value: trusted (upstream checks the key)", provisioned: true, labels: map[string]string{gaZone: "zone-x", gaRegion: "r1"},
+			topo:     topology("r1", "zone-a"),
+			wantAff:  affinity(term(in(gaZone, "zone-x"), in(gaRegion, "r1"))),
+			wantWarn: "labels kept",
+		},
+		{
+			name: "provisioned, only a partial pair: the cloud's labels", provisioned: true, labels: map[string]string{gaZone: "zone-x"},
+			topo:       topology("r1", "zone-a"),
+			wantLabels: map[string]string{gaZone: "zone-a", gaRegion: "r1"},
+			wantAff:    affinity(term(in(gaZone, "zone-a"), in(gaRegion, "r1"))),
+			wantWarn:   `replaced with the cloud's "zone-a"`,
+		},
+		{
+			name: "beta labels kept: affinity on beta keys", provisioned: true, labels: map[string]string{betaZone: "zone-a", betaRegion: "r1"},
 			topo:    topology("r1", "zone-a"),
 			wantAff: affinity(term(in(betaZone, "zone-a"), in(betaRegion, "r1"))),
 		},
@@ -181,6 +256,9 @@ func TestDecide(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pv := testPV(tc.labels, tc.aff)
+			if tc.provisioned {
+				pv.Annotations = map[string]string{AnnProvisionedBy: "volumes.local.portside.io"}
+			}
 			before := pv.DeepCopy()
 			d := Decide(pv, tc.topo)
 			if !reflect.DeepEqual(d.Labels, tc.wantLabels) {

@@ -108,9 +108,11 @@ func (a *Admitter) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		logger.V(2).Info("Volume unknown to the cloud: admitted unchanged", "volume", volumeHandle(pv), "err", err)
 		a.count(outcomeUnknownVolume)
 		return allowed(fmt.Sprintf("persistent volume %s: the cloud has no volume %s: admitted without topology labels", name, volumeHandle(pv)))
-	case hasTopologyLabels(pv):
-		// The PV says where it is (upstream did not even ask the cloud
-		// for a provisioned one): denying would not protect anything.
+	case hasTrustedTopology(pv):
+		// A provisioner said where the volume is (upstream did not even
+		// ask the cloud): denying would not protect anything. Other PVs'
+		// labels are not used without the cloud: as upstream, which
+		// failed their creation when the cloud did.
 		logger.V(2).Info("Cannot check the PV's topology labels with the cloud: using them", "err", err)
 		d = Decide(pv, nil)
 		d.Warnings = append(d.Warnings, fmt.Sprintf("persistent volume %s: cannot check its topology labels with the cloud: %v", name, err))
@@ -173,8 +175,8 @@ func decode(raw []byte) (*corev1.PersistentVolume, error) {
 	return pv, nil
 }
 
-func hasTopologyLabels(pv *corev1.PersistentVolume) bool {
-	_, _, _, ok := existingTopology(pv.Labels)
+func hasTrustedTopology(pv *corev1.PersistentVolume) bool {
+	_, _, _, ok := trustedTopology(pv)
 	return ok
 }
 

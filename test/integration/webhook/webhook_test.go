@@ -19,6 +19,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/providers/local"
 )
 
 func TestMain(m *testing.M) {
@@ -127,9 +128,10 @@ func TestPVGetsTopologyFromTheCloud(t *testing.T) {
 		})
 	}
 
-	// Left alone: a PV that already has its topology is not even sent
-	// (matchConditions); a PV of another driver is not sent either.
+	// Left alone: a provisioner's PV that already has its topology is not
+	// even sent (matchConditions); a PV of another driver is not sent either.
 	done := cloudPV(mwc, "prelabeled", regional)
+	done.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": local.CSIDriver}
 	done.Labels[zoneKey], done.Labels[regionKey] = "zone-x", "region-x"
 	done.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}
@@ -145,6 +147,27 @@ func TestPVGetsTopologyFromTheCloud(t *testing.T) {
 		wantAff, _ := json.Marshal(pv.Spec.NodeAffinity)
 		if stored.Labels[zoneKey] != pv.Labels[zoneKey] || string(gotAff) != string(wantAff) {
 			t.Errorf("%s changed: labels %v, affinity %s", pv.Name, stored.Labels, gotAff)
+		}
+	}
+
+	// A PV written by hand (no provisioned-by annotation) with the wrong
+	// zone and region and an affinity of its own: as upstream, its labels
+	// are not trusted, the cloud's replace them, and the user is told.
+	warned.take()
+	forged := cloudPV(mwc, "forged", single)
+	forged.Labels[zoneKey], forged.Labels[regionKey] = "zone-x", "region-x"
+	forged.Spec.NodeAffinity = done.Spec.NodeAffinity.DeepCopy()
+	stored, err := cs.CoreV1().PersistentVolumes().Create(ctx, forged, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Labels[zoneKey] != "zone-b" || stored.Labels[regionKey] != "region-1" {
+		t.Errorf("hand-labelled PV stored with %s=%q %s=%q, want the cloud's zone-b, region-1", zoneKey, stored.Labels[zoneKey], regionKey, stored.Labels[regionKey])
+	}
+	w := strings.Join(warned.take(), "\n")
+	for _, want := range []string{`label topology.kubernetes.io/zone="zone-x" replaced with the cloud's "zone-b"`, `topology.kubernetes.io/region="region-x" replaced with the cloud's "region-1"`} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q, want one saying %q", w, want)
 		}
 	}
 
