@@ -1,6 +1,7 @@
 package credentialprovider
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,82 @@ func TestNewResponse(t *testing.T) {
 				resp.CacheDuration == nil || resp.CacheDuration.Duration != 55*time.Minute ||
 				resp.Auth["127.0.0.1:5000"] != (v1.AuthConfig{Username: "u", Password: "p"}) || len(resp.Auth) != 1 {
 				t.Fatalf("response = %+v", resp)
+			}
+		})
+	}
+}
+
+// TestNewResponsePathPrefix: a Registry-scoped credential for a path prefix
+// is cached per image, never under the host, where other repositories of
+// the registry would find it and get no credential.
+func TestNewResponsePathPrefix(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, scope := range []cloud.CredentialScope{"", cloud.ScopeRegistry} {
+		resp, err := NewResponse(&cloud.RegistryCredential{Registry: "registry.example.com/team", Username: "u", Password: "p", Scope: scope}, now)
+		if err != nil || resp.CacheKeyType != v1.ImagePluginCacheKeyType {
+			t.Fatalf("scope %q: response = %+v, %v; want cacheKeyType Image", scope, resp, err)
+		}
+	}
+}
+
+func TestNewResponseFor(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	gcr := func(reg string, exp time.Duration) cloud.RegistryCredential {
+		return cloud.RegistryCredential{Registry: reg, Username: "oauth2accesstoken", Password: "tok", ExpiresAt: now.Add(exp)}
+	}
+	for _, tc := range []struct {
+		name    string
+		image   string
+		r       *Result
+		want    string // the response's JSON
+		wantErr string
+	}{
+		{name: "several entries (GCP-like), the earliest expiry", image: "us.gcr.io/p/app",
+			r: &Result{Credentials: []cloud.RegistryCredential{gcr("*.gcr.io", time.Hour), gcr("gcr.io", time.Hour), gcr("*.pkg.dev", 10*time.Minute)}},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","cacheDuration":"9m0s","auth":{"*.gcr.io":{"username":"oauth2accesstoken","password":"tok"},"*.pkg.dev":{"username":"oauth2accesstoken","password":"tok"},"gcr.io":{"username":"oauth2accesstoken","password":"tok"}}}`},
+		{name: "no credentials: success, the kubelet's default cache", image: "docker.io/library/nginx",
+			r:    &Result{},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry"}`},
+		{name: "no credentials for this image only, an hour", image: "docker.io/library/nginx",
+			r:    &Result{Scope: cloud.ScopeImage, CacheDuration: CacheFor(time.Hour)},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","cacheDuration":"1h0m0s"}`},
+		{name: "explicit zero is sent", image: "r.example.com/a",
+			r:    &Result{Credentials: []cloud.RegistryCredential{gcr("r.example.com", time.Hour)}, CacheDuration: CacheFor(0)},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","cacheDuration":"0s","auth":{"r.example.com":{"username":"oauth2accesstoken","password":"tok"}}}`},
+		{name: "not set and no expiry: left out", image: "r.example.com/a",
+			r:    &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com", Username: "u", Password: "p"}}},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","auth":{"r.example.com":{"username":"u","password":"p"}}}`},
+		{name: "the narrowest credential scope", image: "r.example.com/a",
+			r:    &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com", Scope: cloud.ScopeGlobal}, {Registry: "s.example.com", Scope: cloud.ScopeImage}}},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{"r.example.com":{"username":"","password":""},"s.example.com":{"username":"","password":""}}}`},
+		{name: "the result's scope wins", image: "r.example.com/a",
+			r:    &Result{Scope: cloud.ScopeGlobal, Credentials: []cloud.RegistryCredential{{Registry: "r.example.com", Scope: cloud.ScopeImage}}},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Global","auth":{"r.example.com":{"username":"","password":""}}}`},
+		{name: "a path prefix: per image", image: "r.example.com/team/a",
+			r:    &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com/team"}}},
+			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{"r.example.com/team":{"username":"","password":""}}}`},
+		{name: "nil result", r: nil, wantErr: "return a Result with no Credentials"},
+		{name: "duplicate registry", r: &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com"}, {Registry: "r.example.com"}}}, wantErr: `two credentials for registry "r.example.com"`},
+		{name: "an entry without registry", r: &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com"}, {}}}, wantErr: "credential 2: a credential has no registry"},
+		{name: "a registry that is no host", r: &Result{Credentials: []cloud.RegistryCredential{{Registry: "/team"}}}, wantErr: `credential 1: credential registry "/team" is not a registry host`},
+		{name: "unknown result scope", r: &Result{Scope: "Repo"}, wantErr: `unknown scope "Repo"`},
+		{name: "negative cache duration", r: &Result{CacheDuration: CacheFor(-time.Minute)}, wantErr: "negative cache duration"},
+		{name: "one expired among several", r: &Result{Credentials: []cloud.RegistryCredential{gcr("a.example.com", time.Hour), gcr("b.example.com", -time.Minute)}}, wantErr: "expired at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := NewResponseFor(tc.image, tc.r, now)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(resp)
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("response =\n%s\nwant\n%s", got, tc.want)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/klog/v2"
 	v1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/portside-io/portside/pkg/cloud"
@@ -37,17 +38,23 @@ func Serve(ctx context.Context, rc cloud.RegistryCredentials, in io.Reader, out 
 	return Answer(ctx, rc, req, out)
 }
 
-// Answer is Serve for a request already read.
+// Answer is Serve for a request already read. rc answers with a whole
+// Result when it implements Responder, else with its one credential.
 func Answer(ctx context.Context, rc cloud.RegistryCredentials, req *v1.CredentialProviderRequest, out io.Writer) error {
-	cred, err := fetch(ctx, rc, cloud.RegistryCredentialRequest{
+	res, err := fetch(ctx, rc, cloud.RegistryCredentialRequest{
 		Image: req.Image, ServiceAccountToken: req.ServiceAccountToken, ServiceAccountAnnotations: req.ServiceAccountAnnotations,
 	})
 	if err != nil {
 		return redact(err, req.ServiceAccountToken)
 	}
-	resp, err := NewResponse(cred, time.Now())
+	resp, narrowed, err := buildResponse(req.Image, res, time.Now())
 	if err != nil {
 		return redact(fmt.Errorf("image %s: %w", req.Image, err), req.ServiceAccountToken)
+	}
+	if narrowed != "" {
+		// The kubelet ignores a successful plugin's stderr; this is for
+		// whoever runs the plugin by hand with a higher verbosity.
+		klog.FromContext(ctx).V(2).Info("Narrowed the cache key", "image", req.Image, "cacheKeyType", resp.CacheKeyType, "reason", narrowed)
 	}
 	data, err := json.Marshal(resp)
 	if err != nil {
@@ -60,14 +67,17 @@ func Answer(ctx context.Context, rc cloud.RegistryCredentials, req *v1.Credentia
 }
 
 // fetch asks the provider, retrying what may be transient within ctx.
-func fetch(ctx context.Context, rc cloud.RegistryCredentials, req cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
+func fetch(ctx context.Context, rc cloud.RegistryCredentials, req cloud.RegistryCredentialRequest) (*Result, error) {
 	for i := 0; ; i++ {
-		cred, err := rc.RegistryCredential(ctx, req)
+		res, err := respond(ctx, rc, req)
+		var perm permanent
 		switch {
 		case err == nil:
-			return cred, nil
+			return res, nil
+		case errors.As(err, &perm):
+			return nil, err
 		case cloud.IsNotFound(err) || cloud.IsNotImplemented(err):
-			return nil, fmt.Errorf("no registry of this provider serves image %s (%v): list only the provider's registries in matchImages of the kubelet's CredentialProviderConfig", req.Image, err)
+			return nil, fmt.Errorf("no registry of this provider serves image %s (%v): list only the provider's registries in matchImages of the kubelet's CredentialProviderConfig, or have the provider answer a Result with no credentials", req.Image, err)
 		case i+1 >= attempts:
 			return nil, fmt.Errorf("the cloud did not issue a credential for image %s after %d attempts: %w", req.Image, attempts, err)
 		}

@@ -104,3 +104,87 @@ func TestExit(t *testing.T) {
 		t.Fatalf("stderr = %q", stderr.String())
 	}
 }
+
+// TestServeResponder: a Responder's whole Result reaches the kubelet
+// (several entries, or none as a success), its errors are retried like a
+// credential's, and a wrong answer is not retried.
+func TestServeResponder(t *testing.T) {
+	ctx := context.Background()
+	two := &Result{Credentials: []cloud.RegistryCredential{
+		{Registry: "*.gcr.io", Username: "u", Password: "p1"}, {Registry: "*.pkg.dev", Username: "u", Password: "p2"},
+	}, CacheDuration: CacheFor(0)}
+	for _, tc := range []struct {
+		name    string
+		answers []any // *Result or error, in order; the last repeats
+		calls   int
+		want    string // substring of the response
+		wantErr string
+	}{
+		{name: "several entries", answers: []any{two}, calls: 1, want: `"cacheDuration":"0s","auth":{"*.gcr.io":{"username":"u","password":"p1"},"*.pkg.dev":{"username":"u","password":"p2"}}`},
+		{name: "success with no credentials", answers: []any{&Result{}}, calls: 1, want: `"cacheKeyType":"Registry"}`},
+		{name: "throttled then several", answers: []any{cloud.RetryAfter(time.Millisecond, "slow down"), two}, calls: 2, want: `"*.pkg.dev"`},
+		{name: "a nil result is not retried", answers: []any{(*Result)(nil)}, calls: 1, wantErr: "return a Result with no Credentials"},
+		{name: "a wrong result is not retried", answers: []any{&Result{Credentials: []cloud.RegistryCredential{{}}}}, calls: 1, wantErr: "image r.example.com/app:1: credential 1: a credential has no registry"},
+		{name: "not found stays an error", answers: []any{cloud.ErrNotFound}, calls: 1, wantErr: "or have the provider answer a Result with no credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			rf := ResponderFunc(func(_ context.Context, req cloud.RegistryCredentialRequest) (*Result, error) {
+				a := tc.answers[min(calls, len(tc.answers)-1)]
+				calls++
+				if req.ServiceAccountToken != token || req.Image != "r.example.com/app:1" {
+					t.Errorf("request = %+v", req)
+				}
+				if err, ok := a.(error); ok {
+					return nil, err
+				}
+				return a.(*Result), nil
+			})
+			var out bytes.Buffer
+			err := Serve(ctx, rf, strings.NewReader(request("r.example.com/app:1")), &out)
+			if calls != tc.calls {
+				t.Fatalf("calls = %d, want %d", calls, tc.calls)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || out.Len() != 0 {
+					t.Fatalf("error = %v, output %q; want %q and nothing written", err, out.String(), tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("Serve = %v, output %s; want it to contain %s", err, out.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestServeNilCredentialNotRetried: a provider returning no credential and
+// no error is answered at once, not asked three times.
+func TestServeNilCredentialNotRetried(t *testing.T) {
+	n := 0
+	rc := credFunc(func(context.Context, cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) { n++; return nil, nil })
+	err := Serve(context.Background(), rc, strings.NewReader(request("r.example.com/app:1")), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "returned no credential") || n != 1 {
+		t.Fatalf("error = %v after %d calls", err, n)
+	}
+}
+
+type credFunc func(context.Context, cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error)
+
+func (f credFunc) RegistryCredential(ctx context.Context, req cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
+	return f(ctx, req)
+}
+
+func TestResponderFuncRegistryCredential(t *testing.T) {
+	ctx := context.Background()
+	one := ResponderFunc(func(context.Context, cloud.RegistryCredentialRequest) (*Result, error) {
+		return &Result{Credentials: []cloud.RegistryCredential{{Registry: "r.example.com", Password: "p"}}}, nil
+	})
+	if c, err := one.RegistryCredential(ctx, cloud.RegistryCredentialRequest{Image: "r.example.com/a"}); err != nil || c.Password != "p" {
+		t.Fatalf("one credential = %+v, %v", c, err)
+	}
+	none := ResponderFunc(func(context.Context, cloud.RegistryCredentialRequest) (*Result, error) { return &Result{}, nil })
+	if _, err := none.RegistryCredential(ctx, cloud.RegistryCredentialRequest{Image: "r.example.com/a"}); err == nil || !strings.Contains(err.Error(), "with 0 credentials: call Respond") {
+		t.Fatalf("no credentials: %v", err)
+	}
+}
