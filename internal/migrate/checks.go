@@ -26,10 +26,14 @@ type Snapshot struct {
 	PVs            []corev1.PersistentVolume
 	StorageClasses []storagev1.StorageClass
 	CSIDrivers     []storagev1.CSIDriver
+	CSINodes       []storagev1.CSINode
 	Services       []corev1.Service
 	// ServiceAccount tells whether kube-system/cloud-controller-manager exists.
 	ServiceAccount bool
 	Access         []AccessCheck
+	// MigrationAccess: kube-controller-manager's and the CCM's access to
+	// the migration Lease.
+	MigrationAccess []SubjectAccess
 	// Leases by name in kube-system; absent names were not found.
 	Leases map[string]*coordinationv1.Lease
 	// Errors are the reads that failed, by what was read ("nodes": "forbidden").
@@ -54,11 +58,15 @@ func Evaluate(s *Snapshot) *Report {
 	add(KubeletCloudProviders(s.Kubelets)...)
 	add(InTreeVolumes(s.PVs, s.CSIDrivers, s.Minor)...)
 	add(InTreeStorageClasses(s.StorageClasses, s.CSIDrivers, s.Minor)...)
+	add(CSINodeReadiness(s.Nodes, s.CSINodes, s.PVs, s.StorageClasses)...)
 	add(LoadBalancerCleanupWithoutController(s.Services, active), LoadBalancerProviderAnnotations(s.Services))
 	add(CCMAccess(s.ServiceAccount, s.Access))
 	add(CCMLeases(s.Leases, s.Now)...)
 	r.LeaderMigration = LeaderMigrationConfigs()
+	r.LeaderMigrationPlan = LeaderMigrationPlan()
 	add(LeaderMigrationFinding())
+	add(MigrationLeaseAccess(s.MigrationAccess, s.Leases[LeaseMigration] != nil))
+	add(KCMLeaderMigrationFlags(s.KubeSystemPods)...)
 	r.finish()
 	return r
 }

@@ -3,6 +3,7 @@ package migrate
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -428,7 +429,8 @@ func TestEvaluateAndPrint(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Ready || len(back.Findings) != len(r.Findings) || len(back.Findings[1].Objects) != 13 || back.LeaderMigration.CCM.LeaderName == "" {
+	if back.Ready || len(back.Findings) != len(r.Findings) || len(back.Findings[1].Objects) != 13 || back.LeaderMigration.CCM.LeaderName == "" ||
+		len(back.LeaderMigrationPlan) != len(LeaderMigrationPlan()) {
 		t.Errorf("json round trip: %+v", back)
 	}
 	if err := Print(&buf, r, "yaml"); err == nil {
@@ -439,5 +441,220 @@ func TestEvaluateAndPrint(t *testing.T) {
 		Nodes: []corev1.Node{node("a", "local://a", map[string]string{corev1.LabelTopologyZone: "z"})}}
 	if r := Evaluate(clean); !r.Ready || r.Warnings != 0 {
 		t.Errorf("clean snapshot: ready=%v %+v", r.Ready, r.Findings)
+	}
+}
+
+func TestMigrationLeaseAccess(t *testing.T) {
+	allow := func(denied ...string) []SubjectAccess {
+		checks := MigrationAccessChecks()
+		for i := range checks {
+			checks[i].Allowed = !slices.Contains(denied, checks[i].Subject+" "+checks[i].Verb)
+		}
+		return checks
+	}
+	lease := "leases.coordination.k8s.io kube-system/cloud-provider-extraction-migration"
+	errored := allow()
+	errored[0].Err = "forbidden"
+	for _, tc := range []struct {
+		name    string
+		checks  []SubjectAccess
+		started bool
+		id      string
+		sev     Severity
+		objs    []string
+	}{
+		{"all allowed", allow(), false, "", "", nil},
+		{"not checked", nil, false, "", "", nil},
+		{"kcm lacks update, before the migration", allow(KCMUser + " update"), false, "migration-lease-access", Warning,
+			[]string{KCMUser + ": update " + lease}},
+		{"both lack get, migration under way", allow(KCMUser+" get", CCMSubjectName+" get"), true, "migration-lease-access", Blocking,
+			[]string{KCMUser + ": get " + lease, CCMSubjectName + ": get " + lease}},
+		{"review failed", errored, false, "migration-lease-access", Warning,
+			[]string{KCMUser + ": get " + lease + " (not checked: forbidden)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want(t, MigrationLeaseAccess(tc.checks, tc.started), tc.id, tc.sev, tc.objs)
+		})
+	}
+	// Both components, get and update each.
+	var got []string
+	for _, c := range MigrationAccessChecks() {
+		got = append(got, c.Subject+" "+c.String())
+	}
+	if !slices.Equal(got, []string{KCMUser + " get " + lease, KCMUser + " update " + lease, CCMSubjectName + " get " + lease, CCMSubjectName + " update " + lease}) {
+		t.Errorf("checks %q", got)
+	}
+}
+
+func TestKCMLeaderMigrationFlags(t *testing.T) {
+	kcm := func(name string, args ...string) corev1.Pod {
+		return pod("kube-controller-manager-"+name, true, append([]string{"kube-controller-manager"}, args...)...)
+	}
+	for _, tc := range []struct {
+		name string
+		pods []corev1.Pod
+		want []string
+	}{
+		{"no mirror pod", []corev1.Pod{pod("kube-controller-manager-x", false, "kube-controller-manager", "--leader-elect=false")},
+			[]string{"kcm-flags-unseen/info:"}},
+		{"version N as upstream wants", []corev1.Pod{kcm("a", "--cloud-provider=aws", "--leader-elect=true", "--enable-leader-migration", "--leader-migration-config=/etc/leadermigration.conf")}, nil},
+		{"leader-elect defaults to true", []corev1.Pod{kcm("a", "--cloud-provider=gce", "--enable-leader-migration")}, nil},
+		{"version N+1 as upstream wants", []corev1.Pod{kcm("b", "--cloud-provider=external", "--leader-elect")}, nil},
+		{"leader election off", []corev1.Pod{kcm("a", "--cloud-provider=aws", "--leader-elect=false")},
+			[]string{"kcm-leader-elect-off/warning:kube-controller-manager-a"}},
+		{"leader election off under migration", []corev1.Pod{kcm("a", "--cloud-provider=aws", "--leader-elect=false", "--enable-leader-migration")},
+			[]string{"kcm-leader-elect-off/blocking:kube-controller-manager-a"}},
+		{"the last flag wins", []corev1.Pod{kcm("a", "--leader-elect=false", "--leader-elect=true", "--cloud-provider=aws")}, nil},
+		// The bug of the old plan: kube-controller-manager N+1 given ccm.yaml.
+		{"version N+1 with leader migration", []corev1.Pod{kcm("b", "--cloud-provider=external", "--enable-leader-migration", "--leader-migration-config=/etc/leadermigration.conf")},
+			[]string{"kcm-external-leader-migration/blocking:kube-controller-manager-b (--cloud-provider=external --enable-leader-migration)"}},
+		{"no provider (v1.31+) with leader migration", []corev1.Pod{kcm("c", "--enable-leader-migration=true")},
+			[]string{"kcm-external-leader-migration/blocking:kube-controller-manager-c (--cloud-provider= --enable-leader-migration)"}},
+		{"leader migration explicitly off", []corev1.Pod{kcm("c", "--cloud-provider=external", "--enable-leader-migration=false")}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := KCMLeaderMigrationFlags(tc.pods)
+			if got := ids(fs); !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			for _, f := range fs {
+				if f.Fix == "" {
+					t.Errorf("%s has no fix", f.ID)
+				}
+			}
+		})
+	}
+	// A sidecar's flags are not kube-controller-manager's.
+	p := kcm("s", "--cloud-provider=aws")
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "proxy", Args: []string{"--leader-elect=false"}})
+	if got := ids(KCMLeaderMigrationFlags([]corev1.Pod{p})); got != nil {
+		t.Errorf("sidecar read: %q", got)
+	}
+}
+
+func csiNode(name string, migrated string, drivers ...string) storagev1.CSINode {
+	n := storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if migrated != "" {
+		n.Annotations = map[string]string{corev1.MigratedPluginsAnnotationKey: migrated}
+	}
+	for _, d := range drivers {
+		n.Spec.Drivers = append(n.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name})
+	}
+	return n
+}
+
+func TestCSINodeReadiness(t *testing.T) {
+	ebsPV := []corev1.PersistentVolume{pv("ebs", corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}})}
+	gp2 := []storagev1.StorageClass{{ObjectMeta: metav1.ObjectMeta{Name: "gp2"}, Provisioner: "kubernetes.io/aws-ebs"}}
+	nodes := []corev1.Node{node("a", "", nil), node("b", "", nil), node("c", "", nil)}
+	ready := []storagev1.CSINode{
+		csiNode("a", "kubernetes.io/aws-ebs,kubernetes.io/gce-pd", "ebs.csi.aws.com"),
+		csiNode("b", "kubernetes.io/aws-ebs", "other.csi.example.com", "ebs.csi.aws.com"),
+		csiNode("c", "kubernetes.io/gce-pd,kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+	}
+	for _, tc := range []struct {
+		name     string
+		csiNodes []storagev1.CSINode
+		pvs      []corev1.PersistentVolume
+		classes  []storagev1.StorageClass
+		want     []string
+	}{
+		{"no in-tree volume", nil, nil, []storagev1.StorageClass{{Provisioner: "ebs.csi.aws.com"}}, nil},
+		{"every node ready", ready, ebsPV, nil, nil},
+		{"class only, every node ready", ready, nil, gp2, nil},
+		{"a node without CSINode, one without the driver, one not migrated", []storagev1.CSINode{
+			csiNode("b", "", "other.csi.example.com"), csiNode("c", "kubernetes.io/gce-pd", "ebs.csi.aws.com")}, ebsPV, gp2,
+			[]string{"csi-driver-not-on-nodes/blocking:a (no CSINode);b (CSINode drivers: [other.csi.example.com]);" +
+				"c (ebs.csi.aws.com registered; kubernetes.io/aws-ebs not in annotation storage.alpha.kubernetes.io/migrated-plugins)"}},
+		{"two plugins: only the unready one", ready, append(ebsPV, pv("pd", corev1.PersistentVolumeSource{GCEPersistentDisk: &corev1.GCEPersistentDiskVolumeSource{PDName: "d"}})), nil,
+			[]string{"csi-driver-not-on-nodes/blocking:a (CSINode drivers: [ebs.csi.aws.com]);b (CSINode drivers: [other.csi.example.com, ebs.csi.aws.com]);c (CSINode drivers: [ebs.csi.aws.com])"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := CSINodeReadiness(nodes, tc.csiNodes, tc.pvs, tc.classes)
+			if got := ids(fs); !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			for _, f := range fs {
+				if f.Fix == "" || !strings.Contains(f.Title, "ebs.csi.aws.com") && !strings.Contains(f.Title, "pd.csi.storage.gke.io") {
+					t.Errorf("finding %+v", f)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaderMigrationPlan: upstream's steps in upstream's order, each file
+// with the component upstream gives it, and kube-controller-manager N+1
+// never told to enable leader migration.
+func TestLeaderMigrationPlan(t *testing.T) {
+	steps := LeaderMigrationPlan()
+	var titles []string
+	for _, s := range steps {
+		titles = append(titles, s.Title)
+	}
+	order := []string{"Before you begin", "Grant access to the migration lease", "Initial leader migration configuration", "Deploy the cloud-controller-manager",
+		"Upgrade the control plane", "Rollback", "Disable leader migration", "Default configuration"}
+	if len(titles) != len(order) {
+		t.Fatalf("steps %q", titles)
+	}
+	for i, w := range order {
+		if !strings.Contains(titles[i], w) {
+			t.Errorf("step %d is %q, want %q", i+1, titles[i], w)
+		}
+	}
+	text := func(s PlanStep) string { return strings.Join(s.Actions, "\n") }
+	if !strings.Contains(text(steps[0]), "--leader-elect=true") {
+		t.Errorf("prerequisites lack leader election:\n%s", text(steps[0]))
+	}
+	for _, role := range []string{"system::leader-locking-kube-controller-manager", "system::leader-locking-cloud-controller-manager"} {
+		if !strings.Contains(text(steps[1]), "role '"+role+"' --type=json") || !strings.Contains(text(steps[1]), `"resourceNames":["cloud-provider-extraction-migration"],"verbs":["create","list","get","update"]`) {
+			t.Errorf("grant step lacks %s's patch:\n%s", role, text(steps[1]))
+		}
+	}
+	if !slices.Equal(steps[2].Files, []string{"kcm.yaml"}) || !strings.Contains(text(steps[2]), "--enable-leader-migration --leader-migration-config=/etc/leadermigration.conf") ||
+		!strings.Contains(text(steps[2]), "restart kube-controller-manager on each node") {
+		t.Errorf("step 3: %+v", steps[2])
+	}
+	deploy := text(steps[3])
+	if !slices.Equal(steps[3].Files, []string{"ccm.yaml"}) || !strings.Contains(deploy, "kube-controller-manager --cloud-provider=external") ||
+		!strings.Contains(deploy, "MUST NOT have leader migration enabled") || !strings.Contains(deploy, "cloud-node") || !strings.Contains(deploy, "webhooks") {
+		t.Errorf("step 4:\n%s", deploy)
+	}
+	// The old plan's error: a line telling kube-controller-manager with an
+	// external provider to enable leader migration.
+	for _, s := range steps {
+		for _, a := range s.Actions {
+			if strings.Contains(a, "--cloud-provider=external --enable-leader-migration") {
+				t.Errorf("step %q tells KCM N+1 to enable leader migration: %s", s.Title, a)
+			}
+		}
+	}
+	if !slices.Equal(steps[5].Files, []string{"kcm.yaml"}) || !strings.Contains(text(steps[5]), "replacing one node of version N+1 each time") {
+		t.Errorf("rollback: %+v", steps[5])
+	}
+	if !strings.Contains(text(steps[6]), "remove --enable-leader-migration and --leader-migration-config from the cloud-controller-manager") {
+		t.Errorf("disable: %+v", steps[6])
+	}
+	// Printed in order, with the files.
+	var buf bytes.Buffer
+	if err := Print(&buf, Evaluate(&Snapshot{Now: now}), "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	last := 0
+	for i, w := range titles {
+		at := strings.Index(out, fmt.Sprintf("%d. %s", i+1, w))
+		if at < last {
+			t.Fatalf("step %d %q missing or out of order:\n%s", i+1, w, out)
+		}
+		last = at
+	}
+	for _, w := range []string{"[needs kcm.yaml]", "[needs ccm.yaml]", "# kcm.yaml: kube-controller-manager of version N only", "never kube-controller-manager N+1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("text lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "--cloud-provider=external --enable-leader-migration") {
+		t.Errorf("text tells KCM N+1 to enable leader migration:\n%s", out)
 	}
 }

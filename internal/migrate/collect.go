@@ -104,6 +104,11 @@ func Collect(ctx context.Context, c kubernetes.Interface, o Options) (*Snapshot,
 	} else {
 		s.CSIDrivers = l.Items
 	}
+	if l, err := c.StorageV1().CSINodes().List(ctx, metav1.ListOptions{}); err != nil {
+		fail("csinodes", err)
+	} else {
+		s.CSINodes = l.Items
+	}
 	if l, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); err != nil {
 		fail("services", err)
 	} else {
@@ -125,6 +130,7 @@ func Collect(ctx context.Context, c kubernetes.Interface, o Options) (*Snapshot,
 		}
 	}
 	s.Access = accessChecks(ctx, c)
+	s.MigrationAccess = migrationAccessChecks(ctx, c)
 	s.Kubelets = probeKubelets(ctx, c, s.Nodes, o)
 	s.Now = now()
 	return s, nil
@@ -134,24 +140,41 @@ func Collect(ctx context.Context, c kubernetes.Interface, o Options) (*Snapshot,
 // CCM's ServiceAccount.
 func accessChecks(ctx context.Context, c kubernetes.Interface) []AccessCheck {
 	checks := CCMAccessChecks()
-	user := "system:serviceaccount:" + CCMNamespace + ":" + CCMServiceAccount
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + CCMNamespace, "system:authenticated"}
 	for i := range checks {
-		a := &checks[i]
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name,
-			},
-		}}
-		res, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			a.Err = shortErr(err)
-			continue
-		}
-		a.Allowed = res.Status.Allowed
+		checks[i].Allowed, checks[i].Err = review(ctx, c, CCMSubjectName, groups, checks[i])
 	}
 	return checks
+}
+
+// migrationAccessChecks asks a SubjectAccessReview for each of
+// MigrationAccessChecks as its subject.
+func migrationAccessChecks(ctx context.Context, c kubernetes.Interface) []SubjectAccess {
+	checks := MigrationAccessChecks()
+	for i := range checks {
+		a := &checks[i]
+		groups := []string{"system:authenticated"}
+		if strings.HasPrefix(a.Subject, "system:serviceaccount:") {
+			groups = append(groups, "system:serviceaccounts", "system:serviceaccounts:"+CCMNamespace)
+		}
+		a.Allowed, a.Err = review(ctx, c, a.Subject, groups, a.AccessCheck)
+	}
+	return checks
+}
+
+// review asks one SubjectAccessReview.
+func review(ctx context.Context, c kubernetes.Interface, user string, groups []string, a AccessCheck) (bool, string) {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name,
+		},
+	}}
+	res, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		return false, shortErr(err)
+	}
+	return res.Status.Allowed, ""
 }
 
 // probeKubelets reads each Node's kubelet /configz through the API server's

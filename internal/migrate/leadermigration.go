@@ -47,11 +47,10 @@ func LeaderMigrationFinding() *Finding {
 		Title: "Leader migration configuration for an HA control plane (printed below; --write-leader-migration-config writes kcm.yaml and ccm.yaml)",
 		Detail: "Both components compete for the " + LeaseMigration + " lease for cloud-node-lifecycle, route and service, so the " +
 			"controllers never run twice during a rolling control-plane upgrade.",
-		Fix: "1. Restart the current kube-controller-managers with --enable-leader-migration --leader-migration-config=kcm.yaml. " +
-			"2. Upgrade the control plane: new kube-controller-managers with --cloud-provider=external --enable-leader-migration " +
-			"--leader-migration-config=ccm.yaml, and deploy the CCM with the same flags and ccm.yaml. " +
-			"3. When every node runs the new version, remove --enable-leader-migration from both. " +
-			"(Upstream's default configuration, component \"*\", works for both steps.)",
+		// The steps themselves are the plan (plan.go), printed in full.
+		Fix: "Follow upstream's procedure printed below, in order: kcm.yaml goes to kube-controller-manager of version N only, " +
+			"ccm.yaml to the cloud-controller-manager only; kube-controller-manager of version N+1 (--cloud-provider=external) " +
+			"runs without --enable-leader-migration.",
 	}
 }
 

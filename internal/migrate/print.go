@@ -56,6 +56,10 @@ func Print(w io.Writer, r *Report, output string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n== LeaderMigrationConfiguration ==\n# kcm.yaml: current kube-controller-managers (step 1)\n%s---\n# ccm.yaml: upgraded kube-controller-managers and the cloud-controller-manager (step 2)\n%s", kcm, ccm)
+	printPlan(w, r.LeaderMigrationPlan)
+	// The files name the steps that use them: kube-controller-manager N+1
+	// takes neither (it must not run leader migration).
+	fmt.Fprintf(w, "\n== LeaderMigrationConfiguration ==\n# kcm.yaml: kube-controller-manager of version N only (steps 3 and 6), as %s\n%s---\n"+
+		"# ccm.yaml: cloud-controller-manager only (step 4), as %s; never kube-controller-manager N+1\n%s", LeaderMigrationFile, kcm, LeaderMigrationFile, ccm)
 	return nil
 }

@@ -69,6 +69,8 @@ type Report struct {
 	// LeaderMigration holds the LeaderMigrationConfiguration files for both
 	// components.
 	LeaderMigration LeaderMigrationFiles `json:"leaderMigration"`
+	// LeaderMigrationPlan is upstream's procedure that uses them, in order.
+	LeaderMigrationPlan []PlanStep `json:"leaderMigrationPlan"`
 	CheckedAt       time.Time            `json:"checkedAt"`
 }
 
