@@ -71,7 +71,7 @@ type Report struct {
 	LeaderMigration LeaderMigrationFiles `json:"leaderMigration"`
 	// LeaderMigrationPlan is upstream's procedure that uses them, in order.
 	LeaderMigrationPlan []PlanStep `json:"leaderMigrationPlan"`
-	CheckedAt       time.Time            `json:"checkedAt"`
+	CheckedAt           time.Time  `json:"checkedAt"`
 }
 
 // finish sorts the findings by area then severity and computes readiness.
