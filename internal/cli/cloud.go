@@ -40,11 +40,11 @@ func (f *cloudFlags) client() (*client.Client, error) {
 		endpoint = strings.TrimSpace(string(data))
 	}
 	if token == "" {
-		data, err := os.ReadFile(filepath.Join(f.dataDir, server.TokenFile))
+		tok, err := client.ReadTokenFile(filepath.Join(f.dataDir, server.TokenFile))
 		if err != nil {
 			return nil, fmt.Errorf("no token: give --token or a --data-dir with a token file: %w", err)
 		}
-		token = strings.TrimSpace(string(data))
+		token = tok
 	}
 	return client.New(endpoint, token), nil
 }

@@ -220,11 +220,11 @@ func localCloud(o *conformanceOptions) (*client.Client, error) {
 	}
 	token := ""
 	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
+		tok, err := client.ReadTokenFile(tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("local cloud token: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
+		token = tok
 	}
 	return client.New(endpoint, token), nil
 }

@@ -94,11 +94,11 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 		return processError(err, p)
 	}
 	env.registryHost = strings.TrimSpace(string(registryHost))
-	token, err := os.ReadFile(filepath.Join(env.cloud(), server.TokenFile))
+	token, err := client.ReadTokenFile(filepath.Join(env.cloud(), server.TokenFile))
 	if err != nil {
 		return err
 	}
-	env.cloudClient, env.cloudEndpoint, env.vipPool = client.New(endpoint, strings.TrimSpace(string(token))), endpoint, net.VIPPool
+	env.cloudClient, env.cloudEndpoint, env.vipPool = client.New(endpoint, token), endpoint, net.VIPPool
 	regions, err := env.cloudClient.Regions(ctx)
 	if err != nil {
 		return processError(err, p)

@@ -153,12 +153,12 @@ func cloudClient(dir string) (*client.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("local cloud: no endpoint file in %s (is it still starting?)", dir)
 	}
-	token, err := os.ReadFile(filepath.Join(dir, server.TokenFile))
+	token, err := client.ReadTokenFile(filepath.Join(dir, server.TokenFile))
 	if err != nil {
 		return nil, "", fmt.Errorf("local cloud: %w", err)
 	}
 	e := strings.TrimSpace(string(endpoint))
-	return client.New(e, strings.TrimSpace(string(token))), e, nil
+	return client.New(e, token), e, nil
 }
 
 func nodeStatuses(ctx context.Context, kc kubernetes.Interface) ([]NodeStatus, error) {

@@ -6,14 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
 // Files a running cloud keeps in its data directory, so that clients on the
@@ -188,22 +190,20 @@ func apiServer(ctx context.Context, h http.Handler) *http.Server {
 // EnsureToken reads the token file, creating it with a random token when
 // it does not exist.
 func EnsureToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	// Refused if group or others may read it (client.ReadTokenFile): the
+	// cloud would otherwise serve under a token other users may know.
+	tok, err := client.ReadTokenFile(path)
 	if err == nil {
-		tok := strings.TrimSpace(string(data))
-		if tok == "" {
-			return "", fmt.Errorf("token file %s is empty: put a token in it or delete it to have one generated", path)
-		}
 		return tok, nil
 	}
-	if !os.IsNotExist(err) {
-		return "", fmt.Errorf("token file: %w", err)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
 	}
 	buf := make([]byte, 24)
 	if _, err := rand.Read(buf); err != nil {
 		return "", err
 	}
-	tok := hex.EncodeToString(buf)
+	tok = hex.EncodeToString(buf)
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write token file: %w", err)
 	}

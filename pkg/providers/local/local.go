@@ -84,11 +84,11 @@ func NewFromConfig(cfg Config) (*Provider, error) {
 		}
 	}
 	if cfg.Token == "" && cfg.TokenFile != "" {
-		data, err := os.ReadFile(cfg.TokenFile)
+		tok, err := client.ReadTokenFile(cfg.TokenFile) // refused if others may read it
 		if err != nil {
 			return nil, fmt.Errorf("tokenFile: %w", err)
 		}
-		cfg.Token = strings.TrimSpace(string(data))
+		cfg.Token = tok
 	}
 	if cfg.Endpoint == "" || cfg.Token == "" {
 		return nil, errors.New("--cloud-config must give endpoint and token (or tokenFile), or dataDir")
