@@ -353,13 +353,13 @@ func TestAgentTokenAuthentication(t *testing.T) {
 		if tr.Spec.Token != "good-token" {
 			return true, &authv1.TokenReview{}, nil
 		}
-		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true,
+		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent"}}}, nil
 	})
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	uds := filepath.Join(t.TempDir(), "proxy.sock")
 	s := netproxytest.StartServer(t, server.Options{UDSName: uds, TokenAuth: &server.TokenAuth{
-		Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Client: cs}})
+		Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "system:konnectivity-server", Client: cs}})
 	dir := t.TempDir()
 	write := func(name, tok string) string {
 		p := filepath.Join(dir, name)

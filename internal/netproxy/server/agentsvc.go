@@ -42,19 +42,15 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "bad agentIdentifiers: %v", err)
 	}
-	if s.opts.TokenAuth != nil {
-		user, err := s.opts.TokenAuth.Authenticate(stream.Context(), md)
-		if err != nil {
-			logger.Info("Agent authentication failed", "err", err)
-			return status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err)
-		}
-		logger = logger.WithValues("user", user)
+	principal, err := s.authenticate(stream.Context(), md)
+	if err != nil {
+		logger.Info("Agent authentication failed", "err", err)
+		return status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err)
 	}
-	id, bad := NewIdentity(agentID, ids)
-	if len(bad) > 0 {
-		logger.Info("Ignoring malformed cidr identifiers", "cidrs", bad)
-	}
-	b := &backend{id: id, stream: stream, ctx: stream.Context(),
+	logger = logger.WithValues("user", principal.User, "node", principal.Node)
+	id, denied := s.decideIdentity(logger, agentID, principal, ids)
+	s.reportDenials(logger, principal, denied)
+	b := &backend{id: id, denied: denied, principal: principal, claims: ids, stream: stream, ctx: stream.Context(),
 		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
 	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.serverCount()))
 	if !s.opts.DisableStreams && contains(md.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
@@ -67,6 +63,11 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 		return err
 	}
 	n := s.backends.add(b)
+	if principal.Node != "" {
+		// The Node may have changed between the decision and add, unseen
+		// by nodeChanged.
+		s.redecide(b)
+	}
 	s.backendsChanged(n, b.streamsV1, 1)
 	logger.V(2).Info("Agent connected", "streamsV1", b.streamsV1, "agents", n)
 	defer func() {

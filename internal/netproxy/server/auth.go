@@ -25,33 +25,43 @@ type TokenAuth struct {
 }
 
 // Authenticate checks the bearer token in the agent's metadata and returns
-// the ServiceAccount username.
-func (a *TokenAuth) Authenticate(ctx context.Context, md metadata.MD) (string, error) {
+// who it proves: the ServiceAccount user and, for a pod-bound token, the
+// node its pod runs on.
+func (a *TokenAuth) Authenticate(ctx context.Context, md metadata.MD) (Principal, error) {
 	tok, err := bearerToken(md)
 	if err != nil {
-		return "", err
+		return Principal{}, err
 	}
-	review := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: tok}}
-	if a.Audience != "" {
-		review.Spec.Audiences = []string{a.Audience}
+	if a.Audience == "" {
+		// Without an audience any token of the ServiceAccount would do,
+		// including one minted for another service; upstream refuses too.
+		return Principal{}, errors.New("agent token authentication needs an audience (--authentication-audience)")
 	}
+	review := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: tok, Audiences: []string{a.Audience}}}
 	r, err := a.Client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token review failed: %w", err)
+		return Principal{}, fmt.Errorf("token review failed: %w", err)
 	}
 	if r.Status.Error != "" {
-		return "", fmt.Errorf("token review error: %s", r.Status.Error)
+		return Principal{}, fmt.Errorf("token review error: %s", r.Status.Error)
 	}
 	if !r.Status.Authenticated {
-		return "", errors.New("token not authenticated")
+		return Principal{}, errors.New("token not authenticated")
 	}
-	if a.Audience != "" && len(r.Status.Audiences) > 0 && !contains(r.Status.Audiences, a.Audience) {
-		return "", fmt.Errorf("token audiences %v do not include %q", r.Status.Audiences, a.Audience)
+	// The audiences the review returns are those the token is valid for
+	// among those asked; an authenticator that ignores audiences returns
+	// none, and then the token was not checked for ours.
+	if !contains(r.Status.Audiences, a.Audience) {
+		return Principal{}, fmt.Errorf("token audiences %v do not include %q (--authentication-audience)", r.Status.Audiences, a.Audience)
 	}
 	if err := checkServiceAccountUser(r.Status.User.Username, a.Namespace, a.ServiceAccount); err != nil {
-		return "", err
+		return Principal{}, err
 	}
-	return r.Status.User.Username, nil
+	p := Principal{User: r.Status.User.Username, Groups: r.Status.User.Groups}
+	if n := r.Status.User.Extra[NodeNameExtra]; len(n) == 1 {
+		p.Node = n[0]
+	}
+	return p, nil
 }
 
 func bearerToken(md metadata.MD) (string, error) {

@@ -2,17 +2,24 @@ package server
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
 // backend is one agent's control stream to this server. An upstream agent
 // multiplexes every connection on it; a streams-v1 agent receives only
 // DIAL_REQ/DIAL_CLS here and answers successful dials on streams of their own.
 type backend struct {
+	// id's routing fields (Hosts, CIDRs, DefaultRoute) and denied change
+	// when the agent's Node does, under registry.mu.
 	id        Identity
+	denied    []Denial
+	principal Principal
+	claims    header.Identifiers
 	streamsV1 bool
 	session   string
 	stream    agentpb.AgentService_ConnectServer
@@ -142,6 +149,25 @@ func (r *registry) remove(b *backend) int {
 		delete(r.bySession, b.session)
 	}
 	return len(r.list)
+}
+
+func (r *registry) snapshot() []*backend {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return append([]*backend(nil), r.list...)
+}
+
+// setIdentity replaces b's routing claims and denials; it reports whether
+// they changed.
+func (r *registry) setIdentity(b *backend, id Identity, denied []Denial) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reflect.DeepEqual(b.id.Hosts, id.Hosts) && reflect.DeepEqual(b.id.CIDRs, id.CIDRs) &&
+		b.id.DefaultRoute == id.DefaultRoute && reflect.DeepEqual(b.denied, denied) {
+		return false
+	}
+	b.id.Hosts, b.id.CIDRs, b.id.DefaultRoute, b.denied = id.Hosts, id.CIDRs, id.DefaultRoute, denied
+	return true
 }
 
 func (r *registry) session(tok string) *backend {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"net"
 	"os"
 	"strconv"
@@ -32,6 +31,7 @@ type Flags struct {
 	ServerCount                                       int
 	ProxyStrategies                                   string
 	AgentNamespace, AgentServiceAccount, AuthAudience string
+	AllowRouteClaims                                  []string
 	Kubeconfig                                        string
 	KubeconfigQPS                                     float32
 	KubeconfigBurst                                   int
@@ -94,7 +94,8 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ProxyStrategies, "proxy-strategies", f.ProxyStrategies, "Comma-ordered agent selection strategies: destHost, defaultRoute, default.")
 	fs.StringVar(&f.AgentNamespace, "agent-namespace", f.AgentNamespace, "Namespace of the agents' ServiceAccount (token authentication).")
 	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
-	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry.")
+	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry; required with token authentication.")
+	fs.StringSliceVar(&f.AllowRouteClaims, "allow-route-claims", f.AllowRouteClaims, "Users or groups (a token's ServiceAccount user, a certificate's CommonName or Organization, or system:node:<name>) whose agents may claim cidr, default-route and addresses other than their own Node's. Others may claim only their Node's name and addresses.")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews; empty uses the in-cluster config.")
 	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for TokenReviews.")
 	fs.IntVar(&f.KubeconfigBurst, "kubeconfig-burst", f.KubeconfigBurst, "Client burst for TokenReviews.")
@@ -141,16 +142,8 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 	} else {
 		logger.Info("No --cluster-cert: the agent port is plaintext")
 	}
-	if f.AgentNamespace != "" || f.AgentServiceAccount != "" {
-		if f.AgentNamespace == "" || f.AgentServiceAccount == "" {
-			return Options{}, errors.New("--agent-namespace and --agent-service-account go together")
-		}
-		cs, err := f.kubeClient()
-		if err != nil {
-			return Options{}, err
-		}
-		o.TokenAuth = &TokenAuth{Namespace: f.AgentNamespace, ServiceAccount: f.AgentServiceAccount,
-			Audience: f.AuthAudience, Client: cs}
+	if err := f.identityOptions(&o, logger); err != nil {
+		return Options{}, err
 	}
 	if f.EnableLeaseController {
 		if o.ServerID == "" {

@@ -51,6 +51,7 @@ type metrics struct {
 	streamErrors      *prometheus.CounterVec
 	streamsV1Backends prometheus.Gauge
 	agentHandshakes   prometheus.Counter
+	identifiersDenied *prometheus.CounterVec
 	// grpc_connections children, resolved once.
 	proxyConns, connectConns prometheus.Gauge
 	packets                  [numSegments][numPacketTypes + 1]prometheus.Counter
@@ -75,7 +76,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		streamErrors:      prometheus.NewCounterVec(prometheus.CounterOpts(opts("stream_errors_total", "Count of gRPC stream errors, by segment, grpc Code, packet type. (example: from_agent, Code.Unavailable, DIAL_RSP)")), []string{"segment", "code", "packet_type"}),
 		streamsV1Backends: prometheus.NewGauge(prometheus.GaugeOpts(opts("portside_streams_v1_backends", "Number of connected agents using Portside's per-connection streams (no head-of-line blocking)."))),
 		agentHandshakes:   prometheus.NewCounter(prometheus.CounterOpts(opts("portside_agent_handshake_failures_total", "Number of TLS handshakes on the agent port that failed (e.g. an agent without a valid client certificate)."))),
+		identifiersDenied: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_identifiers_denied_total",
+			"Number of agent identifiers ignored because the agent's credential does not allow them, by identifier kind and reason.")), []string{"kind", "reason"}),
 	}
+	reg.MustRegister(m.identifiersDenied)
 	reg.MustRegister(m.dialDuration, m.grpcConnections, m.httpConnections, m.readyBackendConns, m.readyBackends,
 		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends, m.agentHandshakes)
 	m.proxyConns = m.grpcConnections.WithLabelValues("Proxy")

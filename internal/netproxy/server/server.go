@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
@@ -67,6 +68,13 @@ type Options struct {
 	Leases     *LeasePublisher
 	Strategies []Strategy
 	TokenAuth  *TokenAuth
+	// NodeClient reads Nodes, whose names and addresses are what a
+	// node-bound agent may claim; nil grants node-bound agents no host or
+	// address identifiers.
+	NodeClient kubernetes.Interface
+	// RouteClaims are the users and groups (--allow-route-claims) whose
+	// agents may claim cidr, default-route and addresses not their node's.
+	RouteClaims []string
 
 	// BackendDialTimeout fails a dial the agent has not answered in time;
 	// zero waits for the agent (upstream's default).
@@ -95,6 +103,7 @@ type Server struct {
 	backends registry
 
 	frontendLn, agentLn, healthLn, adminLn net.Listener
+	nodes                                  *nodeCache
 	frontendGRPC, agentGRPC                *grpc.Server
 	frontendHTTP, healthHTTP, adminHTTP    *http.Server
 
@@ -130,6 +139,9 @@ func New(opts Options) (_ *Server, err error) {
 	}
 	if opts.TokenAuth != nil && opts.TokenAuth.Client == nil {
 		return nil, errors.New("agent token authentication needs a Kubernetes client")
+	}
+	if opts.TokenAuth != nil && opts.TokenAuth.Audience == "" {
+		return nil, errors.New("agent token authentication needs an audience: set --authentication-audience to the audience of the agents' projected tokens (e.g. system:konnectivity-server)")
 	}
 	s := &Server{opts: opts, reg: opts.Registry, closeWait: defaultCloseWait, httpConn: map[net.Conn]struct{}{},
 		backends: registry{bySession: map[string]*backend{}}}
@@ -172,6 +184,9 @@ func New(opts Options) (_ *Server, err error) {
 		if s.adminLn, err = net.Listen("tcp", opts.AdminAddress); err != nil {
 			return nil, fmt.Errorf("admin listener: %w", err)
 		}
+	}
+	if opts.NodeClient != nil {
+		s.nodes = newNodeCache(opts.NodeClient, s.nodeChanged)
 	}
 	s.build()
 	return s, nil
@@ -258,6 +273,10 @@ func (s *Server) Run(ctx context.Context) error {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
+	}
+	if s.nodes != nil {
+		s.nodes.start()
+		defer s.nodes.shutdown()
 	}
 	serve("agent server", func() error { return s.agentGRPC.Serve(s.agentLn) })
 	if s.frontendGRPC != nil {

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+)
+
+// authenticate is who the agent on stream proved to be. With token
+// authentication the token decides (the agent port's certificate, if any,
+// then only secures the transport); without it, a client certificate
+// verified against --cluster-ca-cert does. An agent that proved nothing
+// gets the empty Principal, which may claim no identifier.
+func (s *Server) authenticate(ctx context.Context, md metadata.MD) (Principal, error) {
+	if s.opts.TokenAuth != nil {
+		return s.opts.TokenAuth.Authenticate(ctx, md)
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {
+			return PrincipalFromCert(ti.State.PeerCertificates[0]), nil
+		}
+	}
+	return Principal{}, nil
+}
+
+// nodeCache is the apiserver's Nodes, watched, so a connect costs no
+// request and an agent gains its claims when its Node appears or gets the
+// addresses the cloud provider sets after the agent connected.
+type nodeCache struct {
+	factory informers.SharedInformerFactory
+	lister  cache.Indexer
+	stop    chan struct{}
+	once    sync.Once
+}
+
+func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache {
+	f := informers.NewSharedInformerFactory(cs, 0)
+	inf := f.Core().V1().Nodes().Informer()
+	notify := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			changed(n.Name)
+		} else if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			if n, ok := d.Obj.(*corev1.Node); ok {
+				changed(n.Name)
+			}
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: notify,
+		UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify})
+	return &nodeCache{factory: f, lister: inf.GetIndexer(), stop: make(chan struct{})}
+}
+
+func (c *nodeCache) start() { c.factory.Start(c.stop) }
+
+func (c *nodeCache) shutdown() {
+	c.once.Do(func() { close(c.stop); c.factory.Shutdown() })
+}
+
+func (c *nodeCache) get(name string) *NodeFacts {
+	obj, ok, err := c.lister.GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	return FactsOf(obj.(*corev1.Node))
+}
+
+// decideIdentity applies DecideIdentifiers to an agent's claims with the
+// current Node, logging and counting what it may not claim.
+func (s *Server) decideIdentity(logger logr.Logger, agentID string, p Principal, claims header.Identifiers) (Identity, []Denial) {
+	var facts *NodeFacts
+	if p.Node != "" && s.nodes != nil {
+		facts = s.nodes.get(p.Node)
+	}
+	kept, denied := DecideIdentifiers(p, claims, facts, RouteClaimsAllowed(p, s.opts.RouteClaims))
+	id, bad := NewIdentity(agentID, kept)
+	if len(bad) > 0 {
+		logger.Info("Ignoring malformed cidr identifiers", "cidrs", bad)
+	}
+	return id, denied
+}
+
+func (s *Server) reportDenials(logger logr.Logger, p Principal, denied []Denial) {
+	if len(denied) == 0 {
+		return
+	}
+	for _, d := range denied {
+		s.m.identifiersDenied.WithLabelValues(d.Kind, d.Reason).Inc()
+	}
+	// Info, not V(n): an impostor, or an agent whose operator forgot
+	// --allow-route-claims, must be visible by default.
+	logger.Info("Agent may not claim some identifiers; they are ignored", "user", p.User, "node", p.Node, "denied", denied,
+		"hint", "host/ipv4/ipv6 must be the agent's own Node's name and addresses; cidr, default-route and other addresses need --allow-route-claims")
+}
+
+// nodeChanged re-decides the identity of the agents bound to node.
+func (s *Server) nodeChanged(node string) {
+	for _, b := range s.backends.snapshot() {
+		if b.principal.Node != node {
+			continue
+		}
+		s.redecide(b)
+	}
+}
+
+// redecide recomputes b's routing identity; it reports denials only when
+// they changed, so a Node's status heartbeats do not flood the log.
+func (s *Server) redecide(b *backend) {
+	logger := s.logger.WithValues("agentID", b.id.AgentID)
+	id, denied := s.decideIdentity(logger, b.id.AgentID, b.principal, b.claims)
+	if s.backends.setIdentity(b, id, denied) {
+		s.reportDenials(logger, b.principal, denied)
+		logger.V(2).Info("Agent identity updated from its Node", "hosts", id.Hosts, "cidrs", id.CIDRs, "defaultRoute", id.DefaultRoute)
+	}
+}

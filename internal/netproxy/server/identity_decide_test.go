@@ -1,0 +1,118 @@
+package server
+
+import (
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+)
+
+func TestDecideIdentifiers(t *testing.T) {
+	nodeA := FactsOf(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeExternalIP, Address: "fd00::1"},
+		{Type: corev1.NodeHostName, Address: "a.internal"}, {Type: corev1.NodeInternalDNS, Address: "a.dns"}}}})
+	tokenA := Principal{User: "system:serviceaccount:kube-system:konnectivity-agent", Node: "node-a"}
+	tokenNoNode := Principal{User: "system:serviceaccount:kube-system:konnectivity-agent"}
+	gateway := Principal{User: "gw", Groups: []string{"gateways"}}
+	ids := func(q string) header.Identifiers {
+		i, err := header.GenAgentIdentifiers(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	for _, tc := range []struct {
+		name   string
+		p      Principal
+		claims string
+		node   *NodeFacts
+		routes bool
+		kept   string
+		denied []Denial
+	}{
+		{"own name and addresses", tokenA, "host=node-a&host=a.internal&host=a.dns&ipv4=10.0.0.1&ipv6=fd00::1", nodeA, false,
+			"host=node-a&host=a.internal&host=a.dns&ipv4=10.0.0.1&ipv6=fd00::1", nil},
+		{"ipv6 in another spelling is the same address", tokenA, "ipv6=FD00:0::1", nodeA, false, "ipv6=FD00:0::1", nil},
+		{"another node's name", tokenA, "host=node-b", nodeA, false, "", []Denial{{"host", "node-b", DenyNotOwnHost}}},
+		{"host compared exactly, as upstream's destHost", tokenA, "host=Node-A", nodeA, false, "", []Denial{{"host", "Node-A", DenyNotOwnHost}}},
+		{"another node's address", tokenA, "ipv4=10.0.0.2&ipv6=fd00::2", nodeA, false, "",
+			[]Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr}, {"ipv6", "fd00::2", DenyNotOwnAddr}}},
+		{"address of the wrong family", tokenA, "ipv4=fd00::1&ipv6=10.0.0.1&ipv4=nonsense", nodeA, false, "",
+			[]Denial{{"ipv4", "fd00::1", DenyMalformed}, {"ipv4", "nonsense", DenyMalformed}, {"ipv6", "10.0.0.1", DenyMalformed}}},
+		{"cidr denied", tokenA, "ipv4=10.0.0.1&cidr=0.0.0.0/0", nodeA, false, "ipv4=10.0.0.1", []Denial{{"cidr", "0.0.0.0/0", DenyRouteClaim}}},
+		{"default-route denied", tokenA, "default-route=true", nodeA, false, "", []Denial{{"default-route", "true", DenyRouteClaim}}},
+		{"route claims allowed", tokenA, "cidr=10.0.0.0/8&default-route=true&ipv4=10.0.0.9", nodeA, true, "cidr=10.0.0.0/8&default-route=true&ipv4=10.0.0.9", nil},
+		{"route claims allowed still check host names", tokenA, "host=node-b", nodeA, true, "", []Denial{{"host", "node-b", DenyNotOwnHost}}},
+		{"node not found", tokenA, "host=node-a&ipv4=10.0.0.1", nil, false, "",
+			[]Denial{{"host", "node-a", DenyNodeNotFound}, {"ipv4", "10.0.0.1", DenyNodeNotFound}}},
+		{"token without node-name extra", tokenNoNode, "host=node-a&ipv4=10.0.0.1&cidr=10.0.0.0/8", nil, false, "",
+			[]Denial{{"host", "node-a", DenyNoIdentity}, {"ipv4", "10.0.0.1", DenyRouteClaim}, {"cidr", "10.0.0.0/8", DenyRouteClaim}}},
+		{"gateway allowed routes: addresses of any node", gateway, "ipv4=10.0.0.1&ipv4=10.0.0.2&cidr=10.1.0.0/16", nil, true, "ipv4=10.0.0.1&ipv4=10.0.0.2&cidr=10.1.0.0/16", nil},
+		{"gateway: no host names", gateway, "host=node-a", nil, true, "", []Denial{{"host", "node-a", DenyNoIdentity}}},
+		{"no identity gets nothing, even if told routes are allowed", Principal{}, "host=node-a&ipv4=10.0.0.1&cidr=0.0.0.0/0&default-route=true", nil, true, "",
+			[]Denial{{"host", "node-a", DenyNoIdentity}, {"ipv4", "10.0.0.1", DenyNoIdentity}, {"cidr", "0.0.0.0/0", DenyNoIdentity}, {"default-route", "true", DenyNoIdentity}}},
+		{"nothing claimed", tokenA, "", nodeA, false, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kept, denied := DecideIdentifiers(tc.p, ids(tc.claims), tc.node, tc.routes)
+			if want := ids(tc.kept); !reflect.DeepEqual(kept, want) {
+				t.Errorf("kept %+v, want %+v", kept, want)
+			}
+			if !reflect.DeepEqual(denied, tc.denied) {
+				t.Errorf("denied %+v, want %+v", denied, tc.denied)
+			}
+		})
+	}
+}
+
+func TestPrincipalFromCert(t *testing.T) {
+	for _, tc := range []struct {
+		cn, org string
+		want    Principal
+	}{
+		{"system:node:node-a", "system:nodes", Principal{User: "system:node:node-a", Groups: []string{"system:nodes"}, Node: "node-a"}},
+		// A CommonName equal to a node's name is a user, not that node.
+		{"node-a", "", Principal{User: "node-a"}},
+		{"system:konnectivity-agent:zone-1", "portside:proxy-gateways", Principal{User: "system:konnectivity-agent:zone-1", Groups: []string{"portside:proxy-gateways"}}},
+		{"System:Node:node-a", "", Principal{User: "System:Node:node-a"}}, // prefixes are case-sensitive, as in the Node authorizer
+	} {
+		c := &x509.Certificate{Subject: pkix.Name{CommonName: tc.cn}}
+		if tc.org != "" {
+			c.Subject.Organization = []string{tc.org}
+		}
+		if got := PrincipalFromCert(c); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("PrincipalFromCert(CN=%s,O=%s) = %+v, want %+v", tc.cn, tc.org, got, tc.want)
+		}
+	}
+}
+
+func TestRouteClaimsAllowed(t *testing.T) {
+	p := Principal{User: "u", Groups: []string{"g"}, Node: "n"}
+	for _, tc := range []struct {
+		allowed []string
+		want    bool
+	}{
+		{nil, false}, {[]string{"u"}, true}, {[]string{"g"}, true}, {[]string{"system:node:n"}, true},
+		{[]string{"U", "other", "system:node:m"}, false},
+	} {
+		if got := RouteClaimsAllowed(p, tc.allowed); got != tc.want {
+			t.Errorf("RouteClaimsAllowed(%v) = %v", tc.allowed, got)
+		}
+	}
+	if RouteClaimsAllowed(Principal{}, []string{""}) {
+		t.Error("an agent with no identity matched an empty entry")
+	}
+}
+
+func TestFactsOf(t *testing.T) {
+	f := FactsOf(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "::ffff:10.0.0.1"}, {Type: corev1.NodeInternalIP, Address: "bogus"}, {Type: "Other", Address: "x"}}}})
+	if !reflect.DeepEqual(f.IPs, []netip.Addr{netip.MustParseAddr("10.0.0.1")}) || !reflect.DeepEqual(f.Hosts, []string{"n"}) {
+		t.Errorf("FactsOf = %+v", f)
+	}
+}
