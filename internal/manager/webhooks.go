@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/internal/webhook"
+	"github.com/portside-io/portside/internal/webhooks/pvlabel"
 	"github.com/portside-io/portside/pkg/cloud"
 )
 
@@ -39,6 +40,13 @@ type WebhookOptions struct {
 	WebhookTLSCurvePreferences []int32
 	WebhookTLSMinVersion       string
 	WebhookDisableHTTP2        bool
+	// WebhookClientCAFile: Portside's; requests must carry a client
+	// certificate of these CAs (the apiserver's admission client cert).
+	WebhookClientCAFile string
+	// PVLabelProviderQPS and PVLabelProviderBurst bound the provider calls
+	// of persistent-volume-label (a token bucket).
+	PVLabelProviderQPS   float32
+	PVLabelProviderBurst int
 	// PVLabelOnProviderError is what persistent-volume-label does when the
 	// provider fails: webhook.ProviderErrorsDeny or ProviderErrorsAdmit.
 	PVLabelOnProviderError string
@@ -71,6 +79,8 @@ func NewWebhookOptions() WebhookOptions {
 		WebhookBindAddress:     net.IPv4zero,
 		WebhookSecurePort:      defaultWebhookPort,
 		PVLabelOnProviderError: webhook.ProviderErrorsDeny,
+		PVLabelProviderQPS:     pvlabel.DefaultProviderQPS,
+		PVLabelProviderBurst:   pvlabel.DefaultProviderBurst,
 	}
 }
 
@@ -120,6 +130,11 @@ func (o *WebhookOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int32SliceVar(&o.WebhookTLSCurvePreferences, "webhook-tls-curve-preferences", o.WebhookTLSCurvePreferences, "key exchanges of the webhook server, as Go's crypto/tls CurveID numbers, e.g. 29,23; empty: Go's defaults")
 	fs.StringVar(&o.WebhookTLSMinVersion, "webhook-tls-min-version", o.WebhookTLSMinVersion, "minimum TLS version of the webhook server: VersionTLS12 or VersionTLS13 (default VersionTLS12)")
 	fs.BoolVar(&o.WebhookDisableHTTP2, "webhook-disable-http2-serving", o.WebhookDisableHTTP2, "serve the webhooks over HTTP/1.1 only")
+	fs.StringVar(&o.WebhookClientCAFile, "webhook-client-ca-file", o.WebhookClientCAFile,
+		"PEM CA certificates; when set, every request must present a client certificate they sign (kube-apiserver's, from its admission kubeconfig), others are refused at TLS (Portside's; default: no client certificate asked)")
+	fs.Float32Var(&o.PVLabelProviderQPS, "pv-label-provider-qps", o.PVLabelProviderQPS,
+		"cloud provider calls per second persistent-volume-label may make (a token bucket); over it, PVs it would ask the cloud about are refused with 429 and Retry-After")
+	fs.IntVar(&o.PVLabelProviderBurst, "pv-label-provider-burst", o.PVLabelProviderBurst, "burst of --pv-label-provider-qps")
 	fs.StringVar(&o.PVLabelOnProviderError, "pv-label-on-provider-error", o.PVLabelOnProviderError,
 		"what persistent-volume-label does when the cloud provider fails: deny (the apiserver retries the create) or admit (the volume is created without topology labels)")
 }
@@ -135,6 +150,10 @@ func (o *WebhookOptions) Validate() []string {
 	}
 	if _, _, _, err := o.webhookTLS(); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if o.PVLabelProviderQPS <= 0 || o.PVLabelProviderBurst < 1 {
+		errs = append(errs, fmt.Sprintf("--pv-label-provider-qps=%v --pv-label-provider-burst=%d: the QPS must be above 0 and the burst at least 1 (defaults %d and %d)",
+			o.PVLabelProviderQPS, o.PVLabelProviderBurst, pvlabel.DefaultProviderQPS, pvlabel.DefaultProviderBurst))
 	}
 	switch o.PVLabelOnProviderError {
 	case webhook.ProviderErrorsDeny, webhook.ProviderErrorsAdmit:
@@ -195,10 +214,11 @@ func (o *WebhookOptions) ServeWebhooks(ctx context.Context, provider cloud.Provi
 	}
 	return webhook.Serve(ctx, webhook.ServeOptions{
 		BindAddress: bind, Port: o.WebhookSecurePort, Listener: o.WebhookListener,
-		CertDir: o.WebhookCertDir, CertFile: o.WebhookCertFile, KeyFile: o.WebhookKeyFile,
+		CertDir: o.WebhookCertDir, CertFile: o.WebhookCertFile, KeyFile: o.WebhookKeyFile, ClientCAFile: o.WebhookClientCAFile,
 		MinTLSVersion: minTLS, CipherSuites: suites, CurvePreferences: curves, DisableHTTP2: o.WebhookDisableHTTP2,
 		Webhooks: enabled,
-		Context:  &webhook.Context{Cloud: provider, ProviderErrors: o.PVLabelOnProviderError, Metrics: reg},
+		Context: &webhook.Context{Cloud: provider, ProviderErrors: o.PVLabelOnProviderError, Metrics: reg,
+			ProviderQPS: o.PVLabelProviderQPS, ProviderBurst: o.PVLabelProviderBurst},
 		Registry: reg,
 	})
 }

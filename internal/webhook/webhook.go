@@ -27,6 +27,12 @@ type Context struct {
 	ProviderErrors string
 	// Metrics is where the webhook registers its own metrics.
 	Metrics prometheus.Registerer
+	// ProviderQPS and ProviderBurst bound a webhook's calls to the
+	// provider (a token bucket): whoever reaches the webhook must not be
+	// able to enumerate volumes or spend the cloud's quota through it.
+	// 0: the webhook's defaults.
+	ProviderQPS   float32
+	ProviderBurst int
 }
 
 // Values of --pv-label-on-provider-error (Context.ProviderErrors).

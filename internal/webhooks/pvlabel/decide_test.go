@@ -45,11 +45,11 @@ func TestDecide(t *testing.T) {
 		name        string
 		provisioned bool // the PV has the provisioned-by annotation
 		labels      map[string]string
-		aff        *corev1.VolumeNodeAffinity
-		topo       *cloud.VolumeTopology
-		wantLabels map[string]string
-		wantAff    *corev1.VolumeNodeAffinity
-		wantWarn   string // substring of the only warning; "" for none
+		aff         *corev1.VolumeNodeAffinity
+		topo        *cloud.VolumeTopology
+		wantLabels  map[string]string
+		wantAff     *corev1.VolumeNodeAffinity
+		wantWarn    string // substring of the only warning; "" for none
 	}{
 		{
 			name: "single zone", topo: topology("r1", "zone-a"),

@@ -15,6 +15,10 @@ const (
 	outcomeProviderErrorDenied   = "provider_error_denied"
 	outcomeProviderErrorAdmitted = "provider_error_admitted"
 	outcomeInvalid               = "invalid"
+	// Over the provider call limit: refused, or a provisioner's PV
+	// admitted on its own labels.
+	outcomeRateLimitedDenied   = "rate_limited_denied"
+	outcomeRateLimitedAdmitted = "rate_limited_admitted"
 	// outcomeIgnored: a request other than a PV CREATE.
 	outcomeIgnored = "ignored"
 )
@@ -22,6 +26,7 @@ const (
 var outcomes = []string{
 	outcomeLabeled, outcomeUnchanged, outcomeNotOurs, outcomeUnknownVolume,
 	outcomeProviderErrorDenied, outcomeProviderErrorAdmitted, outcomeInvalid, outcomeIgnored,
+	outcomeRateLimitedDenied, outcomeRateLimitedAdmitted,
 }
 
 // newDecisions returns the decisions counter, registered on reg when reg

@@ -14,11 +14,13 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/internal/webhook"
@@ -63,7 +65,20 @@ func New(_ context.Context, wc *webhook.Context) (webhook.Admitter, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	return &Admitter{volumes: vols, provider: wc.Cloud.ProviderName(), denyOnProviderError: deny, decisions: decisions}, "", nil
+	qps, burst := wc.ProviderQPS, wc.ProviderBurst
+	if qps == 0 {
+		qps = DefaultProviderQPS
+	}
+	if burst == 0 {
+		burst = DefaultProviderBurst
+	}
+	if qps < 0 || burst < 0 {
+		return nil, "", fmt.Errorf("provider call limit qps %v burst %d: both must be positive (0: defaults %d and %d)", qps, burst, DefaultProviderQPS, DefaultProviderBurst)
+	}
+	return &Admitter{
+		volumes: vols, provider: wc.Cloud.ProviderName(), denyOnProviderError: deny, decisions: decisions,
+		limiter: flowcontrol.NewTokenBucketPassiveRateLimiter(qps, burst), qps: qps,
+	}, "", nil
 }
 
 // Admitter labels persistent volumes with their cloud topology.
@@ -72,6 +87,9 @@ type Admitter struct {
 	provider            string
 	denyOnProviderError bool
 	decisions           *prometheus.CounterVec
+	// limiter is the budget of provider calls; qps its refill rate.
+	limiter flowcontrol.PassiveRateLimiter
+	qps     float32
 }
 
 // Admit answers one admission request; it never returns nil.
@@ -90,6 +108,17 @@ func (a *Admitter) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	name := pvName(pv)
 	logger := klog.FromContext(ctx).WithValues("pv", name)
 
+	if !a.limiter.TryAccept() {
+		// A token comes back every 1/qps.
+		d, refuse := OverLimit(pv, name, time.Duration(float64(time.Second)/float64(a.qps)))
+		if refuse != nil {
+			logger.V(2).Info("Provider call limit reached: PV refused", "qps", a.qps)
+			a.count(outcomeRateLimitedDenied)
+			return denied(refuse)
+		}
+		logger.V(2).Info("Provider call limit reached: the provisioner's labels used unchecked", "qps", a.qps)
+		return a.respond(logger, d, req.Object.Raw, outcomeRateLimitedAdmitted)
+	}
 	topo, err := a.volumes.VolumeTopology(ctx, pv)
 	pv.Name = name // for the warnings of Decide; the patch is computed against the raw object
 	var d Decision
@@ -127,7 +156,12 @@ func (a *Admitter) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return allowed(fmt.Sprintf("persistent volume %s: cannot get its topology from the cloud: %v: admitted without topology labels", name, err))
 	}
 
-	p, err := patch(d, req.Object.Raw)
+	return a.respond(logger, d, req.Object.Raw, outcome)
+}
+
+// respond admits with d's patch of raw; outcome "" is labeled or unchanged.
+func (a *Admitter) respond(logger klog.Logger, d Decision, raw []byte, outcome string) *admissionv1.AdmissionResponse {
+	p, err := patch(d, raw)
 	if err != nil { // decode succeeded, so the raw object is JSON: not expected
 		return a.invalid(logger, fmt.Sprintf("cannot patch the persistent volume: %v", err))
 	}
