@@ -30,8 +30,10 @@ func newMigrateCheckCommand() *cobra.Command {
 		Long: "Inspect a cluster for leftovers of an in-tree cloud provider and for what an external CCM needs:\n" +
 			"Nodes (providerID, beta labels, the uninitialized taint), control-plane flags (static pods' mirror pods),\n" +
 			"kubelets (configz, best effort), in-tree volumes and StorageClasses (CSI drivers), LoadBalancer Services,\n" +
-			"the CCM's RBAC (SubjectAccessReview as kube-system/cloud-controller-manager) and leases, and the\n" +
-			"LeaderMigrationConfiguration files for both components. Each finding has its fix.\n\n" +
+			"the CCM's RBAC (SubjectAccessReview as kube-system/cloud-controller-manager) and leases, CSI drivers\n" +
+			"registered on every node (CSINode), and for leader migration: both components' access to the migration\n" +
+			"Lease, kube-controller-manager's --leader-elect and --enable-leader-migration, upstream's procedure step by\n" +
+			"step and the LeaderMigrationConfiguration files it uses. Each finding has its fix.\n\n" +
 			"Exit status: 0 when READY (no blocking finding), 1 otherwise.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

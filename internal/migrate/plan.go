@@ -54,7 +54,7 @@ func LeaderMigrationPlan() []PlanStep {
 		{
 			Title: "Grant access to the migration lease",
 			Actions: []string{
-				"Both components need get and update (and create) on Lease " + CCMNamespace + "/" + LeaseMigration + "; by default each may only use its own lease.",
+				"Both components need get and update (and create) on Lease " + CCMNamespace + "/" + LeaseMigration + ". Upstream's default roles may allow only each component's own lease; this check asks the apiserver for both (finding migration-lease-access) and the grants below are needed only for what it reports missing.",
 				"kube-controller-manager: " + grantPatch("system::leader-locking-kube-controller-manager"),
 				"cloud-controller-manager: Portside's deploy/ccm/rbac.yaml grants it (its leader-election Role names the migration lease); with upstream's Role instead: " + grantPatch("system::leader-locking-cloud-controller-manager"),
 			},
