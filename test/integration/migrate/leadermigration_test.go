@@ -170,7 +170,9 @@ func TestLeaderMigrationChecks(t *testing.T) {
 	if _, err := c.CoordinationV1().Leases("kube-system").Create(ctx, ml, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.CoordinationV1().Leases("kube-system").Delete(ctx, migrate.LeaseMigration, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.CoordinationV1().Leases("kube-system").Delete(ctx, migrate.LeaseMigration, metav1.DeleteOptions{})
+	})
 	rep, _ = runCheck(t)
 	expectFinding(t, rep, "migration-lease-access", migrate.Blocking,
 		migrate.KCMUser+": get "+lease, migrate.KCMUser+": update "+lease, migrate.CCMSubjectName+": get "+lease, migrate.CCMSubjectName+": update "+lease)
