@@ -43,6 +43,10 @@ type Flags struct {
 	LeaseNamespace        string
 	LeaseLabel            string
 
+	// TLS and the insecure set-ups checkSecurity refuses (insecure.go).
+	TLSMinVersion                         string
+	InsecureServerPort, InsecureAgentPort bool
+
 	ignored netproxy.IgnoredFlags
 }
 
@@ -83,7 +87,10 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ClusterCert, "cluster-cert", f.ClusterCert, "Agent-facing serving certificate; empty serves agents in plaintext.")
 	fs.StringVar(&f.ClusterKey, "cluster-key", f.ClusterKey, "Agent-facing serving key.")
 	fs.StringVar(&f.ClusterCACert, "cluster-ca-cert", f.ClusterCACert, "CA that agent client certificates must chain to.")
-	fs.StringSliceVar(&f.CipherSuites, "cipher-suites", f.CipherSuites, "Allowed TLS 1.2 cipher suites (IANA names); empty uses Go's defaults.")
+	fs.StringSliceVar(&f.CipherSuites, "cipher-suites", f.CipherSuites, "Allowed TLS 1.2 cipher suites (Go's names of secure suites, as upstream); empty uses Go's defaults. Insecure suites are refused.")
+	fs.StringVar(&f.TLSMinVersion, "tls-min-version", f.TLSMinVersion, "Minimum TLS version: VersionTLS12 (empty) or VersionTLS13; lower versions are refused.")
+	fs.BoolVar(&f.InsecureServerPort, flagInsecureServerPort, f.InsecureServerPort, "Allow a TCP frontend without TLS or without client certificates (--server-cert, --server-key, --server-ca-cert), or an abstract --uds-name: anyone who reaches it can dial into the cluster network.")
+	fs.BoolVar(&f.InsecureAgentPort, flagInsecureAgentPort, f.InsecureAgentPort, "Allow an agent port without TLS (--cluster-cert, --cluster-key) or without agent authentication (--cluster-ca-cert or ServiceAccount tokens).")
 	fs.DurationVar(&f.KeepaliveTime, "keepalive-time", f.KeepaliveTime, "gRPC keepalive time on agent connections.")
 	fs.DurationVar(&f.FrontendKeepaliveTime, "frontend-keepalive-time", f.FrontendKeepaliveTime, "gRPC keepalive time on frontend connections.")
 	fs.StringVar(&f.ServerID, "server-id", f.ServerID, "Unique ID of this server (default $PROXY_SERVER_ID, else random).")
@@ -110,6 +117,9 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 // client; it logs the upstream flags that were set but are ignored.
 func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) {
 	f.ignored.LogSet(fs, logger)
+	if err := checkSecurity(f); err != nil {
+		return Options{}, err
+	}
 	strategies, err := ParseStrategies(f.ProxyStrategies)
 	if err != nil {
 		return Options{}, err
@@ -128,19 +138,19 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 	}
 	if f.UDSName == "" {
 		if f.ServerCert != "" {
-			if o.FrontendTLS, err = tlsutil.Server(f.ServerCert, f.ServerKey, f.ServerCACert, f.CipherSuites); err != nil {
+			if o.FrontendTLS, err = tlsutil.Server(f.ServerCert, f.ServerKey, f.ServerCACert, f.CipherSuites, f.TLSMinVersion); err != nil {
 				return Options{}, err
 			}
 		} else {
-			logger.Info("No --server-cert: the TCP frontend is plaintext")
+			logger.Info("Warning: no --server-cert: the TCP frontend is plaintext (--" + flagInsecureServerPort + ")")
 		}
 	}
 	if f.ClusterCert != "" {
-		if o.AgentTLS, err = tlsutil.Server(f.ClusterCert, f.ClusterKey, f.ClusterCACert, f.CipherSuites); err != nil {
+		if o.AgentTLS, err = tlsutil.Server(f.ClusterCert, f.ClusterKey, f.ClusterCACert, f.CipherSuites, f.TLSMinVersion); err != nil {
 			return Options{}, err
 		}
 	} else {
-		logger.Info("No --cluster-cert: the agent port is plaintext")
+		logger.Info("Warning: no --cluster-cert: the agent port is plaintext (--" + flagInsecureAgentPort + ")")
 	}
 	if err := f.identityOptions(&o, logger); err != nil {
 		return Options{}, err

@@ -156,13 +156,10 @@ func New(opts Options) (_ *Server, err error) {
 		}
 	}()
 	if opts.UDSName != "" {
-		if opts.DeleteUDSFile {
-			if err := os.Remove(opts.UDSName); err != nil && !os.IsNotExist(err) {
-				return nil, fmt.Errorf("removing stale socket: %w", err)
-			}
-		}
-		if s.frontendLn, err = net.Listen("unix", opts.UDSName); err != nil {
-			return nil, fmt.Errorf("frontend socket: %w", err)
+		// Mode 0660 from the start: see listenUnix. With DeleteUDSFile a
+		// stale socket is replaced atomically, as upstream removes it.
+		if s.frontendLn, err = listenUnix(opts.UDSName, opts.DeleteUDSFile); err != nil {
+			return nil, err
 		}
 	} else {
 		if s.frontendLn, err = net.Listen("tcp", opts.FrontendAddress); err != nil {

@@ -11,13 +11,22 @@ import (
 )
 
 // Server returns a serving config; with caFile set, clients must present a
-// certificate signed by it (mTLS).
-func Server(certFile, keyFile, caFile string, cipherSuites []string) (*tls.Config, error) {
+// certificate signed by it (mTLS). cipherSuites and minVersion are the
+// --cipher-suites and --tls-min-version values (see Ciphers, MinVersion).
+func Server(certFile, keyFile, caFile string, cipherSuites []string, minVersion string) (*tls.Config, error) {
+	minV, err := MinVersion(minVersion)
+	if err != nil {
+		return nil, err
+	}
+	ciphers, err := Ciphers(cipherSuites)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading serving certificate: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minV, CipherSuites: ciphers}
 	if caFile != "" {
 		pool, err := Pool(caFile)
 		if err != nil {
@@ -25,9 +34,6 @@ func Server(certFile, keyFile, caFile string, cipherSuites []string) (*tls.Confi
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	if cfg.CipherSuites, err = Ciphers(cipherSuites); err != nil {
-		return nil, err
 	}
 	return cfg, nil
 }
@@ -66,25 +72,70 @@ func Pool(caFile string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Ciphers maps IANA cipher suite names to IDs.
+// Ciphers maps --cipher-suites names to IDs. The names accepted are
+// upstream proxy-server's: Go's names of the suites crypto/tls considers
+// secure (tls.CipherSuites(), TLS 1.3 ones included, which Go always
+// enables anyway). A suite of tls.InsecureCipherSuites() is refused, not
+// silently enabled: that list (RC4, 3DES, the CBC-SHA256 suites and, in
+// current Go, RSA key exchange, which has no forward secrecy) is broken or
+// attackable, and a flag naming one is a mistake to fix, not to honour.
+// Surrounding spaces are trimmed ("A, B" is a common spelling).
 func Ciphers(names []string) ([]uint16, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	known := map[string]uint16{}
+	secure := map[string]uint16{}
 	for _, c := range tls.CipherSuites() {
-		known[c.Name] = c.ID
+		secure[c.Name] = c.ID
 	}
+	insecure := map[string]bool{}
 	for _, c := range tls.InsecureCipherSuites() {
-		known[c.Name] = c.ID
+		insecure[c.Name] = true
 	}
 	var ids []uint16
 	for _, n := range names {
-		id, ok := known[strings.TrimSpace(n)]
-		if !ok {
-			return nil, fmt.Errorf("unknown cipher suite %q", n)
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
 		}
-		ids = append(ids, id)
+		id, ok := secure[n]
+		switch {
+		case ok:
+			ids = append(ids, id)
+		case insecure[n]:
+			return nil, fmt.Errorf("--cipher-suites: %s is insecure (Go's crypto/tls lists it in InsecureCipherSuites); remove it, or leave --cipher-suites empty for Go's defaults; secure suites: %s", n, strings.Join(SecureCipherNames(), ","))
+		default:
+			return nil, fmt.Errorf("--cipher-suites: unknown cipher suite %q; secure suites: %s", n, strings.Join(SecureCipherNames(), ","))
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("--cipher-suites %q names no cipher suite; leave it empty for Go's defaults", strings.Join(names, ","))
 	}
 	return ids, nil
+}
+
+// SecureCipherNames are the names Ciphers accepts, in crypto/tls's order.
+func SecureCipherNames() []string {
+	var out []string
+	for _, c := range tls.CipherSuites() {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// MinVersion maps a --tls-min-version value (upstream's later proxy-server
+// flag: VersionTLS10 … VersionTLS13) to its ID; empty is TLS 1.2. Versions
+// below 1.2 are refused, where upstream only warns: TLS 1.0 and 1.1 are
+// deprecated (RFC 8996) and nothing that speaks to the proxy needs them.
+func MinVersion(name string) (uint16, error) {
+	switch strings.TrimSpace(name) {
+	case "", "VersionTLS12":
+		return tls.VersionTLS12, nil
+	case "VersionTLS13":
+		return tls.VersionTLS13, nil
+	case "VersionTLS10", "VersionTLS11":
+		return 0, fmt.Errorf("--tls-min-version=%s is below TLS 1.2, which is insecure (RFC 8996); use VersionTLS12 or VersionTLS13", name)
+	default:
+		return 0, fmt.Errorf("--tls-min-version=%s: unknown version; use VersionTLS12 or VersionTLS13", name)
+	}
 }
