@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if bins.dir != "" {
 		_ = os.RemoveAll(bins.dir)
 	}
+	if sdkBin.dir != "" {
+		_ = os.RemoveAll(sdkBin.dir)
+	}
 	os.Exit(code)
 }
 
