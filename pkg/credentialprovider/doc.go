@@ -15,4 +15,10 @@
 // The response's cacheKeyType follows the credential's scope and its
 // cacheDuration its real lifetime, so the kubelet re-executes the plugin
 // shortly before the credential expires and never for pulls its cache covers.
+//
+// A provider that needs to say more (several auth entries, success with no
+// credentials, an explicit cacheDuration of 0) implements Responder, or
+// passes a ResponderFunc to Main, and answers with a Result. A credential
+// for a registry with a path prefix is cached per image, never under the
+// host, where other repositories of the registry would find it.
 package credentialprovider
