@@ -45,13 +45,21 @@ type ticket struct {
 	expires time.Time
 }
 
-type authenticator struct {
-	writeToken, viewerToken string
-	key                     []byte
-	now                     func() time.Time
+// maxRevoked bounds the logged-out sessions remembered until they expire.
+const maxRevoked = 4096
 
-	mu      sync.Mutex
-	tickets map[string]ticket
+type authenticator struct {
+	key []byte
+	now func() time.Time
+
+	mu                      sync.Mutex
+	writeToken, viewerToken string
+	tickets                 map[string]ticket
+	// revoked holds logged-out session ids until their expiry.
+	revoked map[string]time.Time
+	// changed is closed (and replaced) when tokens rotate or a session is
+	// revoked, so open event streams check their session again.
+	changed chan struct{}
 }
 
 func newAuthenticator(writeToken, viewerToken string, key []byte) *authenticator {
@@ -63,12 +71,73 @@ func newAuthenticator(writeToken, viewerToken string, key []byte) *authenticator
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("portside console session v1"))
 	return &authenticator{writeToken: writeToken, viewerToken: viewerToken, key: mac.Sum(nil),
-		now: time.Now, tickets: map[string]ticket{}}
+		now: time.Now, tickets: map[string]ticket{}, revoked: map[string]time.Time{}, changed: make(chan struct{})}
+}
+
+// setTokens rotates the tokens: every session granted under a token that
+// changed dies (its cookie no longer verifies), open streams included, and
+// so do unredeemed tickets.
+func (a *authenticator) setTokens(writeToken, viewerToken string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if writeToken != a.writeToken {
+		for k, t := range a.tickets {
+			if t.write {
+				delete(a.tickets, k)
+			}
+		}
+	}
+	if viewerToken != a.viewerToken {
+		for k, t := range a.tickets {
+			if !t.write {
+				delete(a.tickets, k)
+			}
+		}
+	}
+	a.writeToken, a.viewerToken = writeToken, viewerToken
+	a.notifyLocked()
+}
+
+func (a *authenticator) notifyLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// watch returns a channel closed at the next rotation or revocation.
+func (a *authenticator) watch() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.changed
+}
+
+// revoke ends the session with id sid (logout) until it would expire.
+func (a *authenticator) revoke(sid string, exp time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	for k, e := range a.revoked {
+		if now.After(e) {
+			delete(a.revoked, k)
+		}
+	}
+	for len(a.revoked) >= maxRevoked { // drop the soonest to expire
+		first := ""
+		for k, e := range a.revoked {
+			if first == "" || e.Before(a.revoked[first]) {
+				first = k
+			}
+		}
+		delete(a.revoked, first)
+	}
+	a.revoked[sid] = exp
+	a.notifyLocked()
 }
 
 // tokenAccess says what a pasted token gives.
 func (a *authenticator) tokenAccess(tok string) access {
 	tok = strings.TrimSpace(tok)
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	switch {
 	case tok == "":
 		return noAccess
@@ -124,57 +193,92 @@ func (a *authenticator) redeem(id string) access {
 	return readOnly
 }
 
-// session encodes "<access>.<expiry unix>.<mac>".
-func (a *authenticator) session(acc access) (string, time.Time) {
-	exp := a.now().Add(SessionTTL)
-	payload := strconv.Itoa(int(acc)) + "." + strconv.FormatInt(exp.Unix(), 10)
-	return payload + "." + a.sign(payload), exp
+// grant is a verified session.
+type grant struct {
+	acc access
+	sid string
+	exp time.Time
 }
 
-func (a *authenticator) sign(payload string) string {
-	mac := hmac.New(sha256.New, a.key)
+// session encodes "<access>.<expiry unix>.<id>.<mac>". The MAC's key is
+// derived from the token of that access level, so rotating a token ends
+// every session granted under it, even across cloud restarts (the signing
+// key is kept with the cloud's state, the token is not part of it).
+func (a *authenticator) session(acc access) (string, time.Time) {
+	exp := a.now().Add(SessionTTL)
+	buf := make([]byte, 12)
+	_, _ = rand.Read(buf)
+	payload := strconv.Itoa(int(acc)) + "." + strconv.FormatInt(exp.Unix(), 10) + "." + hex.EncodeToString(buf)
+	return payload + "." + a.sign(acc, payload), exp
+}
+
+func (a *authenticator) sign(acc access, payload string) string {
+	a.mu.Lock()
+	tok := a.viewerToken
+	if acc == readWrite {
+		tok = a.writeToken
+	}
+	a.mu.Unlock()
+	k := hmac.New(sha256.New, a.key)
+	k.Write([]byte("granted under token\x00" + tok))
+	mac := hmac.New(sha256.New, k.Sum(nil))
 	mac.Write([]byte(payload))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// verify returns the access a cookie value grants.
-func (a *authenticator) verify(v string) access {
+// verify returns the session a cookie value grants: signed under the
+// current token of its access level, not expired, not logged out.
+func (a *authenticator) verify(v string) grant {
 	i := strings.LastIndexByte(v, '.')
 	if i < 0 {
-		return noAccess
+		return grant{}
 	}
 	payload, sig := v[:i], v[i+1:]
-	if !hmac.Equal([]byte(sig), []byte(a.sign(payload))) {
-		return noAccess
+	parts := strings.Split(payload, ".")
+	if len(parts) != 3 {
+		return grant{}
 	}
-	accStr, expStr, ok := strings.Cut(payload, ".")
-	if !ok {
-		return noAccess
+	acc, err1 := strconv.Atoi(parts[0])
+	exp, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || (access(acc) != readOnly && access(acc) != readWrite) {
+		return grant{}
 	}
-	acc, err1 := strconv.Atoi(accStr)
-	exp, err2 := strconv.ParseInt(expStr, 10, 64)
-	if err1 != nil || err2 != nil || a.now().Unix() > exp || (access(acc) != readOnly && access(acc) != readWrite) {
-		return noAccess
+	if !hmac.Equal([]byte(sig), []byte(a.sign(access(acc), payload))) || a.now().Unix() > exp {
+		return grant{}
 	}
-	return access(acc)
+	a.mu.Lock()
+	_, out := a.revoked[parts[2]]
+	a.mu.Unlock()
+	if out {
+		return grant{}
+	}
+	return grant{acc: access(acc), sid: parts[2], exp: time.Unix(exp, 0)}
 }
 
-type accessKey struct{}
+type sessionKey struct{}
 
-func accessFrom(ctx context.Context) access {
-	acc, _ := ctx.Value(accessKey{}).(access)
-	return acc
+// reqSession is a request's verified session and the cookie it came in.
+type reqSession struct {
+	grant
+	cookie string
 }
+
+func sessionFrom(ctx context.Context) reqSession {
+	s, _ := ctx.Value(sessionKey{}).(reqSession)
+	return s
+}
+
+func accessFrom(ctx context.Context) access { return sessionFrom(ctx).acc }
 
 // requireSession lets requests with a valid session through; pages are
 // sent to the login form, API calls get 401.
 func (c *Console) requireSession(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		acc := noAccess
+		var s reqSession
 		if ck, err := r.Cookie(CookieName); err == nil {
-			acc = c.auth.verify(ck.Value)
+			s = reqSession{c.auth.verify(ck.Value), ck.Value}
 		}
-		if acc == noAccess {
+		if s.acc == noAccess {
 			if strings.HasPrefix(r.URL.Path, "/console/api/") {
 				http.Error(w, "not logged in: open /console/login", http.StatusUnauthorized)
 				return
@@ -182,7 +286,7 @@ func (c *Console) requireSession(next http.HandlerFunc) http.HandlerFunc {
 			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
+		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 	}
 }
 
@@ -220,7 +324,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
 
+// logout ends the session on the server too: a copy of the cookie (or an
+// open event stream) stops working, not only this browser's.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(CookieName); err == nil {
+		if g := c.auth.verify(ck.Value); g.acc != noAccess {
+			c.auth.revoke(g.sid, g.exp)
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 }

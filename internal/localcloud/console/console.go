@@ -94,6 +94,13 @@ func New(ctx context.Context, opts Options) *Console {
 	return c
 }
 
+// SetTokens rotates the tokens logins are checked against: sessions granted
+// under a token that changed end at once, open event streams included.
+func (c *Console) SetTokens(writeToken, viewerToken string) {
+	c.auth.setTokens(writeToken, viewerToken)
+	c.logger.Info("Console tokens rotated: sessions granted under the old ones ended")
+}
+
 // NewTicket returns a one-time login ticket (see the /console/login?ticket=
 // URL) valid for TicketTTL.
 func (c *Console) NewTicket(write bool) (string, time.Time) { return c.auth.newTicket(write) }

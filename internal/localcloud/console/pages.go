@@ -103,10 +103,29 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
+	// The stream lives only as long as its session: it ends at the
+	// session's expiry, on logout, and when the token it was granted under
+	// is rotated, with an "ended" event telling the page why.
+	s := sessionFrom(r.Context())
+	expiry := time.NewTimer(time.Until(s.exp) + time.Second) // verify counts whole seconds
+	defer expiry.Stop()
+	changed := c.auth.watch()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-changed:
+			changed = c.auth.watch()
+			if c.auth.verify(s.cookie).acc == noAccess {
+				_ = send("ended", []byte(`{"reason":"the session was logged out or its token rotated: log in again"}`))
+				return
+			}
+		case <-expiry.C:
+			if c.auth.verify(s.cookie).acc == noAccess {
+				_ = send("ended", []byte(`{"reason":"the session expired: log in again"}`))
+				return
+			}
+			expiry.Reset(time.Second)
 		case data, ok := <-updates:
 			if !ok || send("snapshot", data) != nil {
 				return

@@ -352,4 +352,16 @@ func TestConsoleLogoutAndForgedSessions(t *testing.T) {
 	if resp, _ := viewer.do("GET", "/console/", "", "", nil); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/login" {
 		t.Errorf("page after logout: %d Location %q, want 303 to the login form", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	// The session is over on the server too: a copy of the cookie kept
+	// from before the logout opens nothing.
+	req, _ := http.NewRequest("GET", cloud.Endpoint+"/console/api/state", nil)
+	req.AddCookie(issued)
+	copied, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = copied.Body.Close()
+	if copied.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a copy of the logged-out cookie: state %d, want 401", copied.StatusCode)
+	}
 }

@@ -177,6 +177,8 @@ function connect() {
   const es = new EventSource("/console/api/events");
   es.addEventListener("session", e => { writable = JSON.parse(e.data).writable; setMode(); });
   es.addEventListener("snapshot", e => render(JSON.parse(e.data)));
+  // The server ends the stream with "ended" when the session is over.
+  es.addEventListener("ended", () => { es.close(); location.href = "/console/login"; });
   es.onerror = () => {
     replace("status", "Disconnected: reconnecting…");
     if (es.readyState === EventSource.CLOSED) {
