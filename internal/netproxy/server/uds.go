@@ -39,16 +39,29 @@ func listenUnix(path string, replace bool) (net.Listener, error) {
 		// for --insecure-server-port).
 		return net.Listen("unix", path)
 	}
+	if len(path) > maxUnixPath {
+		return nil, fmt.Errorf("--uds-name %s is %d bytes, longer than a unix socket's path may be (%d): clients could not connect; use a shorter path", path, len(path), maxUnixPath)
+	}
 	dir, err := os.MkdirTemp(filepath.Dir(path), ".p")
 	if err != nil {
 		return nil, fmt.Errorf("frontend socket %s: creating its private staging directory: %w", path, err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	staged := filepath.Join(dir, "s")
+	bindName := staged
 	if len(staged) > maxUnixPath {
-		return nil, fmt.Errorf("frontend socket %s: the directory's path is too long for a unix socket (%d bytes staged, at most %d); use a shorter --uds-name", path, len(staged), maxUnixPath)
+		// The staging name is 14 bytes longer than the directory; when
+		// that passes sun_path's limit but path does not, bind through
+		// the directory's descriptor instead (Linux resolves
+		// /proc/self/fd/N to it), which is as short whatever the path.
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, fmt.Errorf("frontend socket %s: %w", path, err)
+		}
+		defer func() { _ = d.Close() }()
+		bindName = fmt.Sprintf("/proc/self/fd/%d/s", d.Fd())
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: staged, Net: "unix"})
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bindName, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("frontend socket %s: %w", path, err)
 	}

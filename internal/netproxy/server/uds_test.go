@@ -103,3 +103,47 @@ func TestOptionsRefusesInsecure(t *testing.T) {
 		t.Fatalf("Options with both --insecure flags: %v", err)
 	}
 }
+
+// TestFrontendSocketLongPath: a path near sun_path's limit, whose staging
+// name would pass it, still gets its socket (bound through the staging
+// directory's descriptor) with mode 0660; a path past the limit is refused
+// with an error naming --uds-name.
+func TestFrontendSocketLongPath(t *testing.T) {
+	base := t.TempDir()
+	// A directory so deep that dir + "/s.sock" is exactly maxUnixPath bytes.
+	dir := filepath.Join(base, strings.Repeat("d", maxUnixPath-len(base)-len("/s.sock")-1))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	if len(sock) != maxUnixPath {
+		t.Fatalf("test path is %d bytes", len(sock))
+	}
+	ln, err := listenUnix(sock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o660 {
+		t.Errorf("long-path socket: %v %v", fi, err)
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_ = c.Close()
+		}
+	}()
+	if c, err := net.DialTimeout("unix", sock, 5*time.Second); err != nil {
+		t.Errorf("dialling the long-path socket: %v", err)
+	} else {
+		_ = c.Close()
+	}
+	_ = ln.Close()
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left after Close: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("left in the directory: %v", entries)
+	}
+	if _, err := listenUnix(sock+"x", true); err == nil || !strings.Contains(err.Error(), "--uds-name") {
+		t.Errorf("a path past the limit: %v", err)
+	}
+}
