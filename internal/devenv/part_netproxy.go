@@ -25,7 +25,9 @@ import (
 // per zone dials out to the server and reaches that zone's nodes, as
 // konnectivity is deployed when the control plane cannot reach node
 // networks. Agents authenticate with client certificates of the control
-// plane's CA.
+// plane's CA. A zone's agent is a gateway for several nodes, bound to none,
+// so its certificate carries the group the server's --allow-route-claims
+// names: only that lets it claim its nodes' addresses.
 
 // netproxyState is what `up` tells `portside status` about the network
 // proxy: where each part answers health checks.
@@ -44,6 +46,11 @@ type netproxyPart struct {
 	AgentAddress string `json:"agentAddress,omitempty"`
 	Socket       string `json:"socket,omitempty"`
 }
+
+// proxyGatewayGroup is the certificate group (Organization) of the zones'
+// agents, which the proxy server allows to claim addresses of any node.
+// No RBAC binding names it: to kube-apiserver it grants nothing.
+const proxyGatewayGroup = "portside:proxy-gateways"
 
 // maxSocketPath: a unix socket path must fit sockaddr_un (108 bytes with
 // the terminating NUL).
@@ -81,6 +88,7 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 		"--admin-port=" + strconv.Itoa(ports[2]), "--admin-bind-address=127.0.0.1",
 		"--server-id=" + st.Server.ID, "--server-count=1", "--proxy-strategies=destHost,default",
 		"--cluster-cert=" + cert.CertFile, "--cluster-key=" + cert.KeyFile, "--cluster-ca-cert=" + env.cp.CAFile(),
+		"--allow-route-claims=" + proxyGatewayGroup,
 	}
 	logPath := filepath.Join(env.logs(), "proxy-server.log")
 	s.p.step("network proxy", "starting proxy-server for kube-apiserver's cluster egress (socket %s, agents at %s; log %s)", st.Server.Socket, st.Server.AgentAddress, logPath)
@@ -127,7 +135,7 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 	host, port, _ := strings.Cut(server.AgentAddress, ":")
 	for _, zone := range zones {
 		id := "agent-" + zone
-		cert, err := env.cp.IssueClientCert("proxy-"+id, "system:konnectivity-agent:"+zone)
+		cert, err := env.cp.IssueClientCert("proxy-"+id, "system:konnectivity-agent:"+zone, proxyGatewayGroup)
 		if err != nil {
 			return err
 		}

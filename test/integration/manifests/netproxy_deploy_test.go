@@ -75,6 +75,8 @@ func TestNetworkProxyManifests(t *testing.T) {
 			switch o := obj.(type) {
 			case *corev1.ServiceAccount:
 				_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, dry)
+			case *rbacv1.ClusterRole:
+				_, err = client.RbacV1().ClusterRoles().Create(ctx, o, dry)
 			case *rbacv1.ClusterRoleBinding:
 				_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, dry)
 			case *rbacv1.Role:
@@ -96,9 +98,12 @@ func TestNetworkProxyManifests(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"EgressSelectorConfiguration", "Pod", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "DaemonSet"} {
-		if kinds[k] != 1 {
-			t.Errorf("want one %s, got %d (%v)", k, kinds[k], kinds)
+	// Two ClusterRoleBindings: TokenReviews (system:auth-delegator) and
+	// reading Nodes, which bound agents' claims are checked against.
+	for k, n := range map[string]int{"EgressSelectorConfiguration": 1, "Pod": 1, "ClusterRole": 1, "ClusterRoleBinding": 2,
+		"Role": 1, "RoleBinding": 1, "ServiceAccount": 1, "DaemonSet": 1} {
+		if kinds[k] != n {
+			t.Errorf("want %d %s, got %d (%v)", n, k, kinds[k], kinds)
 		}
 	}
 	if egressSocket == "" || egressSocket != serverSocket {
