@@ -30,6 +30,7 @@ func newUpCommand() *cobra.Command {
 	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of simulated nodes, spread over 2 zones (at most %d)", devenv.MaxNodes))
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "stop after the request through the LoadBalancer VIP (for scripts and tests)")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "remove the data directory when stopping (only one portside up created: it has a .portside-up marker)")
+	cmd.Flags().BoolVar(&opts.ConsoleReadWrite, "console-read-write", false, "print a read-write web console link (one that can set faults) instead of a read-only one")
 	cmd.Flags().IntVar(&opts.CCMReplicas, "ccm-replicas", 1, fmt.Sprintf("number of CCMs; more than one elect a leader, as a highly available CCM (at most %d)", devenv.MaxCCMReplicas))
 	cmd.Flags().StringVar(&opts.CCMBinary, "ccm-binary", "", "run this cloud-controller-manager binary instead of `portside ccm`, with upstream's flags (e.g. upstream's own built with the local provider, as the conformance suite compares; see docs/conformance.md)")
 	cmd.Flags().BoolVar(&opts.NetworkProxy, "network-proxy", true, "send kube-apiserver's cluster egress (logs, exec, port-forward, node proxy) through portside proxy-server and one proxy-agent per zone, as konnectivity does (about 0.4 s more start-up; --network-proxy=false sends it directly)")

@@ -41,6 +41,10 @@ type Options struct {
 	// `portside ccm`, with upstream's flags (e.g. upstream's own, built with
 	// the local provider: test/upstreamccm); it serves no webhooks.
 	CCMBinary string
+	// ConsoleReadWrite makes the printed console link read-write (faults can
+	// be set from the page); by default it is read-only, as a link in a
+	// terminal's scrollback or a shared screen should be.
+	ConsoleReadWrite bool
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -102,7 +106,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}
 	p.step("ready", "use the cluster with:\n\n    export KUBECONFIG=%s\n    %s get nodes -L topology.kubernetes.io/zone\n    %s status --data-dir %s\n\n  logs: %s, %s",
 		l.kubeconfig(), kubectlName(env.kubectl), selfName(), opts.DataDir, l.logs(), filepath.Join(l.controlPlane(), "logs"))
-	consoleLink(ctx, p, env)
+	consoleLink(ctx, p, env, opts.ConsoleReadWrite)
 	if opts.Once {
 		return nil
 	}
@@ -225,13 +229,19 @@ func stopUp(ctx context.Context, st upState, out io.Writer) error {
 // errExited is returned by waits that see a child die during start-up.
 var errExited = errors.New("exited during start-up")
 
-// consoleLink prints a one-time login link to the cloud's web console.
-func consoleLink(ctx context.Context, p *progress, env *environment) {
-	link, _, err := env.cloudClient.ConsoleTicket(ctx, false)
+// consoleLink prints a one-time login link to the cloud's web console,
+// read-only unless readWrite.
+func consoleLink(ctx context.Context, p *progress, env *environment, readWrite bool) {
+	link, _, err := env.cloudClient.ConsoleTicket(ctx, !readWrite)
 	if err != nil {
 		p.step("ready", "web console: %s/console/ (no one-time link: %v)", env.cloudEndpoint, err)
 		return
 	}
-	p.step("ready", "web console: %s\n  (a one-time link, read-write; `%s cloud console --data-dir %s` prints another)",
+	if readWrite {
+		p.step("ready", "web console: %s\n  (a one-time link, read-write; `%s cloud console --data-dir %s` prints another)",
+			link, selfName(), env.cloud())
+		return
+	}
+	p.step("ready", "web console: %s\n  (a one-time link, read-only; `%s cloud console --data-dir %s` prints a read-write one, or start with --console-read-write)",
 		link, selfName(), env.cloud())
 }

@@ -27,7 +27,8 @@ var consoleScreenshot = flag.String("console-screenshot", "", "write screenshots
 func TestConsole(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up, out, done := startUp(t, bin, root, "--purge", "--data-dir", data)
+	// Read-write: the test sets faults from the page (the default link is read-only).
+	up, out, done := startUp(t, bin, root, "--purge", "--data-dir", data, "--console-read-write")
 	defer func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {
