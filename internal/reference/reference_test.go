@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portside-io/portside/internal/netproxy/server"
 	"github.com/portside-io/portside/internal/tools"
 )
 
@@ -236,6 +237,8 @@ func TestEventSourcesMatchManager(t *testing.T) {
 	if len(sources) == 0 {
 		t.Fatal("no recorders found in internal/manager/builtin.go")
 	}
+	// Components outside the manager, with a recorder of their own.
+	sources["internal/netproxy/server"] = server.EventSource
 	reasons, err := Reasons(root)
 	if err != nil {
 		t.Fatal(err)

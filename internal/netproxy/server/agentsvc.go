@@ -49,7 +49,7 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	}
 	logger = logger.WithValues("user", principal.User, "node", principal.Node)
 	id, denied := s.decideIdentity(logger, agentID, principal, ids)
-	s.reportDenials(logger, principal, denied)
+	s.reportDenials(logger, agentID, principal, denied)
 	b := &backend{id: id, denied: denied, principal: principal, claims: ids, stream: stream, ctx: stream.Context(),
 		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
 	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.serverCount()))

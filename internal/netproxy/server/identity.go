@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -9,9 +10,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
@@ -40,6 +45,11 @@ type nodeCache struct {
 	lister  cache.Indexer
 	stop    chan struct{}
 	once    sync.Once
+	// Events on the Node an agent is bound to tell the node's operator
+	// what it tried to claim (kubectl describe node).
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	events      typedcorev1.EventInterface
 }
 
 func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache {
@@ -56,13 +66,19 @@ func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: notify,
 		UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify})
-	return &nodeCache{factory: f, lister: inf.GetIndexer(), stop: make(chan struct{})}
+	b := record.NewBroadcaster()
+	return &nodeCache{factory: f, lister: inf.GetIndexer(), stop: make(chan struct{}), broadcaster: b,
+		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource}),
+		events:   cs.CoreV1().Events("")}
 }
 
-func (c *nodeCache) start() { c.factory.Start(c.stop) }
+func (c *nodeCache) start() {
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events})
+	c.factory.Start(c.stop)
+}
 
 func (c *nodeCache) shutdown() {
-	c.once.Do(func() { close(c.stop); c.factory.Shutdown() })
+	c.once.Do(func() { close(c.stop); c.factory.Shutdown(); c.broadcaster.Shutdown() })
 }
 
 func (c *nodeCache) get(name string) *NodeFacts {
@@ -88,7 +104,7 @@ func (s *Server) decideIdentity(logger logr.Logger, agentID string, p Principal,
 	return id, denied
 }
 
-func (s *Server) reportDenials(logger logr.Logger, p Principal, denied []Denial) {
+func (s *Server) reportDenials(logger logr.Logger, agentID string, p Principal, denied []Denial) {
 	if len(denied) == 0 {
 		return
 	}
@@ -98,8 +114,23 @@ func (s *Server) reportDenials(logger logr.Logger, p Principal, denied []Denial)
 	// Info, not V(n): an impostor, or an agent whose operator forgot
 	// --allow-route-claims, must be visible by default.
 	logger.Info("Agent may not claim some identifiers; they are ignored", "user", p.User, "node", p.Node, "denied", denied,
-		"hint", "host/ipv4/ipv6 must be the agent's own Node's name and addresses; cidr, default-route and other addresses need --allow-route-claims")
+		"hint", denialHint)
+	if p.Node != "" && s.nodes != nil {
+		parts := make([]string, len(denied))
+		for i, d := range denied {
+			parts[i] = d.Kind + "=" + d.Value + " (" + d.Reason + ")"
+		}
+		// The Node is named, not fetched: the event is for its operator
+		// even when the Node does not exist (yet). The UID is the name, as
+		// the kubelet's node events have it, which kubectl describe node
+		// looks for.
+		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: p.Node, UID: types.UID(p.Node)}
+		s.nodes.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonAgentIdentifiersDenied,
+			"Proxy agent %s (user %s) may not claim %s: %s", agentID, p.User, strings.Join(parts, ", "), denialHint)
+	}
 }
+
+const denialHint = "host/ipv4/ipv6 must be the agent's own Node's name and addresses; cidr, default-route and other addresses need --allow-route-claims"
 
 // nodeChanged re-decides the identity of the agents bound to node.
 func (s *Server) nodeChanged(node string) {
@@ -117,7 +148,7 @@ func (s *Server) redecide(b *backend) {
 	logger := s.logger.WithValues("agentID", b.id.AgentID)
 	id, denied := s.decideIdentity(logger, b.id.AgentID, b.principal, b.claims)
 	if s.backends.setIdentity(b, id, denied) {
-		s.reportDenials(logger, b.principal, denied)
+		s.reportDenials(logger, b.id.AgentID, b.principal, denied)
 		logger.V(2).Info("Agent identity updated from its Node", "hosts", id.Hosts, "cidrs", id.CIDRs, "defaultRoute", id.DefaultRoute)
 	}
 }

@@ -8,12 +8,14 @@ package netproxy
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +61,7 @@ func TestImpostorAgent(t *testing.T) {
 	t.Run("pod-bound tokens", func(t *testing.T) {
 		dir := t.TempDir()
 		tokenA, tokenB := podBoundToken(t, cs, dir, "node-a"), podBoundToken(t, cs, dir, "node-b")
-		runImpostor(t, dest, server.Options{UDSName: filepath.Join(dir, "proxy.sock"), NodeClient: cs,
+		runImpostor(t, cs, dest, server.Options{UDSName: filepath.Join(dir, "proxy.sock"), NodeClient: cs,
 			TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: agentAudience, Client: cs}},
 			agent.Options{AgentID: "honest", AgentIdentifiers: honestClaims, ServiceAccountTokenPath: tokenA},
 			agent.Options{AgentID: "impostor", AgentIdentifiers: impostorClaims, ServiceAccountTokenPath: tokenB})
@@ -70,14 +72,14 @@ func TestImpostorAgent(t *testing.T) {
 		srvCert, srvKey := ca.issue(t, "server", "proxy-server", true)
 		certA, keyA := ca.issue(t, "node-a", "system:node:node-a", false)
 		certB, keyB := ca.issue(t, "node-b", "system:node:node-b", false)
-		runImpostor(t, dest, server.Options{UDSName: filepath.Join(dir, "proxy.sock"), NodeClient: cs,
+		runImpostor(t, cs, dest, server.Options{UDSName: filepath.Join(dir, "proxy.sock"), NodeClient: cs,
 			AgentTLS: serverTLS(t, ca.File, srvCert, srvKey)},
 			agent.Options{AgentID: "honest", AgentIdentifiers: honestClaims, TLS: clientTLS(t, ca.File, certA, keyA)},
 			agent.Options{AgentID: "impostor", AgentIdentifiers: impostorClaims, TLS: clientTLS(t, ca.File, certB, keyB)})
 	})
 }
 
-func runImpostor(t *testing.T, dest string, so server.Options, honest, impostor agent.Options) {
+func runImpostor(t *testing.T, cs kubernetes.Interface, dest string, so server.Options, honest, impostor agent.Options) {
 	ctx := context.Background()
 	srvReg := prometheus.NewRegistry()
 	so.Registry = srvReg
@@ -128,7 +130,24 @@ func runImpostor(t *testing.T, dest string, so server.Options, honest, impostor 
 			t.Errorf("denied identifiers metric{kind=%s,reason=%s} = %v, want ≥ 1", d.kind, d.reason, v)
 		}
 	}
+	// The impostor's own Node tells its operator (kubectl describe node).
+	testenv.Eventually(t, 10*time.Second, "an AgentIdentifiersDenied event on node-b", func() (bool, string) {
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=node-b,reason=" + server.ReasonAgentIdentifiersDenied})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "cidr=0.0.0.0/0 (route_not_allowed)") &&
+				strings.Contains(e.Message, "ipv4="+destHostOf(dest)+" (not_own_address)") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events: %v", len(evs.Items), evs.Items)
+	})
 }
+
+func destHostOf(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
 
 func serverTLS(t *testing.T, caFile, cert, key string) *tls.Config {
 	t.Helper()
