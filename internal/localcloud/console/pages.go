@@ -80,6 +80,15 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
+	// Watch for rotations and logouts before checking the session once more:
+	// one between requireSession's check and here is then seen either by
+	// this check or by the watch, never by neither.
+	changed := c.auth.watch()
+	s := sessionFrom(r.Context())
+	if c.auth.verify(s.cookie).acc == noAccess {
+		http.Error(w, "not logged in: open /console/login", http.StatusUnauthorized)
+		return
+	}
 	updates, cancel := c.hub.subscribe()
 	defer cancel()
 	// The API server's write timeout would end the stream: each write gets
@@ -106,10 +115,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	// The stream lives only as long as its session: it ends at the
 	// session's expiry, on logout, and when the token it was granted under
 	// is rotated, with an "ended" event telling the page why.
-	s := sessionFrom(r.Context())
 	expiry := time.NewTimer(time.Until(s.exp) + time.Second) // verify counts whole seconds
 	defer expiry.Stop()
-	changed := c.auth.watch()
 	for {
 		select {
 		case <-r.Context().Done():

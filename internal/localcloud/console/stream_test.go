@@ -131,10 +131,10 @@ func TestStreamsEndWithTheirSession(t *testing.T) {
 // TestStreamEndsAtExpiry: a stream ends when its session expires.
 func TestStreamEndsAtExpiry(t *testing.T) {
 	c, srv := startConsole(t)
-	// Sessions are granted as if SessionTTL-2s ago, so they last ~2 s; the
+	// Sessions are granted as if SessionTTL-5s ago, so they last ~5 s; the
 	// clock is set before any request, only its offset changes later.
 	var offset atomic.Int64
-	offset.Store(int64(-SessionTTL + 2*time.Second))
+	offset.Store(int64(-SessionTTL + 5*time.Second))
 	c.auth.now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	_, events := openStream(t, srv, "v")
 	offset.Store(0)
