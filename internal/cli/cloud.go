@@ -127,6 +127,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	fl.DurationVar(&opts.CredentialTTL, "credential-ttl", time.Hour, "lifetime of the registry credentials the cloud issues")
 	fl.StringVar(&opts.TokenFile, "token-file", "", "bearer token file (default <data-dir>/token, generated if missing)")
 	fl.StringVar(&opts.ViewerTokenFile, "viewer-token-file", "", "the web console's read-only token file (default <data-dir>/viewer-token, generated if missing)")
+	fl.StringVar(&opts.ScopedTokenFile, "scoped-token-file", "", "file of API tokens limited to named operations, lines `<token> <scope>[,<scope>...]` (default <data-dir>/scoped-tokens, read if present; mode 0600)")
 	fl.StringVar(&opts.ConsoleKubeconfig, "console-kubeconfig", "", "kubeconfig of the cluster the web console joins (Service → load balancer → nodes → pods); it may appear later")
 	fl.StringVar(&vipPool, "vip-pool", "127.100.0.0/16", "IPv4 range for load-balancer VIPs (on loopback)")
 	fl.StringVar(&vipPool6, "vip-pool-v6", "", "IPv6 range for load-balancer VIPs; must be routed to lo (ip -6 route add local <range> dev lo)")

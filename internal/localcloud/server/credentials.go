@@ -95,6 +95,9 @@ func (s *Server) issueCredential(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, invalid("image is empty (want e.g. registry.example.com/team/app:1.0)"))
 		return
 	}
+	if !requireScope(w, r, credentialScope(req.Push)) {
+		return
+	}
 	host := RegistryHost(req.Image)
 	err := s.store.View(func(tx *store.Tx) error {
 		if !tx.Exists(store.Registries, host) {

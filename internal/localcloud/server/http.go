@@ -1,7 +1,7 @@
 package server
 
 import (
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,21 +103,56 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-func (s *Server) authenticate(next http.Handler) http.Handler {
-	want := []byte("Bearer " + s.opts.Token)
+// authenticate finds the request's token and refuses it (401) unless it is
+// the admin token or a scoped one, and (403) unless its scopes cover the
+// operation: the route routes matches, through requiredScope. The grant is
+// kept in the context for checks that need the body (push credentials).
+func (s *Server) authenticate(routes *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		got := r.Header.Get("Authorization")
+		g, ok := lookupToken(got, s.opts.Token, s.scoped)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="portside-local-cloud"`)
 			msg := "missing bearer token: send Authorization: Bearer <token> (the cloud's --token-file)"
 			if len(got) > 0 {
-				msg = "invalid bearer token: use the token in the cloud's --token-file"
+				msg = "invalid bearer token: use the token in the cloud's --token-file, or one of its --scoped-token-file"
 			}
 			writeError(w, http.StatusUnauthorized, "Unauthorized", msg)
 			return
 		}
-		next.ServeHTTP(w, r)
+		_, pattern := routes.Handler(r)
+		scope, known := requiredScope(pattern)
+		if !known && !g.admin {
+			// Fail closed: a route nobody gave a scope is the admin's.
+			klog.FromContext(r.Context()).Error(nil, "API route without a scope", "pattern", pattern)
+			respond(w, r, 0, nil, forbidden("%s %s has no scope a scoped token may hold: use the admin token", r.Method, r.URL.Path))
+			return
+		}
+		if !g.allows(scope) {
+			respond(w, r, 0, nil, missingScope(r, scope))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), grantKey{}, g)))
 	})
+}
+
+// grantKey keys the request's grant in its context.
+type grantKey struct{}
+
+// requireScope answers whether the request's token holds scope, for checks
+// that depend on the body; it writes the 403 when it does not.
+func requireScope(w http.ResponseWriter, r *http.Request, scope string) bool {
+	g, _ := r.Context().Value(grantKey{}).(grant)
+	if g.allows(scope) {
+		return true
+	}
+	respond(w, r, 0, nil, missingScope(r, scope))
+	return false
+}
+
+func missingScope(r *http.Request, scope string) error {
+	return forbidden("the token lacks scope %q, which %s %s needs: use a token with that scope (a line of the cloud's --scoped-token-file) or the admin token",
+		scope, r.Method, r.URL.Path)
 }
 
 func (s *Server) recoverPanics(next http.Handler) http.Handler {

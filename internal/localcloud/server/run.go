@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -26,6 +27,9 @@ const (
 	// ViewerTokenFile logs in to the web console read-only.
 	ViewerTokenFile = "viewer-token"
 	EndpointFile    = "endpoint"
+	// ScopedTokenFile lists tokens limited to named operations, one
+	// `<token> <scope>[,<scope>...]` a line; read if it exists.
+	ScopedTokenFile = "scoped-tokens"
 	// RegistryEndpointFile holds the served registry's host:port.
 	RegistryEndpointFile = "registry-endpoint"
 )
@@ -46,6 +50,10 @@ type RunOptions struct {
 	// ViewerTokenFile overrides <DataDir>/viewer-token (created like the
 	// token file): the web console's read-only token.
 	ViewerTokenFile string
+	// ScopedTokenFile overrides <DataDir>/scoped-tokens. Unlike the token
+	// files it is never generated: the default is read only if it exists,
+	// an explicit one must exist.
+	ScopedTokenFile string
 	// Ready, if set, is called with the API endpoint once serving.
 	Ready func(endpoint string)
 }
@@ -75,6 +83,9 @@ func Run(ctx context.Context, opts RunOptions) error {
 	}
 	if opts.ViewerToken == opts.Token {
 		return fmt.Errorf("the viewer token (%s) equals the API token: it would give read-write access; use another", opts.ViewerTokenFile)
+	}
+	if opts.ScopedTokens, err = readScopedTokens(opts.ScopedTokenFile, filepath.Join(opts.DataDir, ScopedTokenFile)); err != nil {
+		return err
 	}
 	srv, err := New(ctx, filepath.Join(opts.DataDir, StateFile), opts.Options)
 	if err != nil {
@@ -209,3 +220,39 @@ func EnsureToken(path string) (string, error) {
 	}
 	return tok, nil
 }
+
+// readScopedTokens reads the scoped-token file: explicit when set (it must
+// exist), else the default if it exists. Like the token files, one group or
+// others may read is refused.
+func readScopedTokens(explicit, def string) ([]ScopedToken, error) {
+	path := explicit
+	if path == "" {
+		path = def
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && explicit == "" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--scoped-token-file: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("--scoped-token-file: %w", err)
+	}
+	if err := client.CheckTokenFileMode(path, fi.Mode()); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxScopedTokenFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--scoped-token-file %s: %w", path, err)
+	}
+	if len(data) > maxScopedTokenFileBytes {
+		return nil, fmt.Errorf("--scoped-token-file %s is larger than %d bytes: it should hold a few token lines", path, maxScopedTokenFileBytes)
+	}
+	return ParseScopedTokens(path, string(data))
+}
+
+// maxScopedTokenFileBytes bounds the scoped-token file (a line is ~100 bytes).
+const maxScopedTokenFileBytes = 1 << 20

@@ -46,6 +46,9 @@ type Options struct {
 	Limits *Limits
 	// ViewerToken logs in to the web console read-only ("" for none).
 	ViewerToken string
+	// ScopedTokens are API tokens limited to the operations their scopes
+	// name (see AllScopes); the admin Token may do everything.
+	ScopedTokens []ScopedToken
 	// ConsoleKubeconfig, when set, makes the console show the cluster side
 	// (it waits for the file to exist).
 	ConsoleKubeconfig string
@@ -85,6 +88,7 @@ type Server struct {
 	secret []byte // signs registry credentials
 	dir    string // the state file's directory
 	logger klog.Logger
+	scoped []scopedToken // compiled Options.ScopedTokens
 
 	registry     *registry.Registry // the served registry, once ServeRegistry is called
 	registryHost string
@@ -107,12 +111,16 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	if opts.Token == "" {
 		return nil, fmt.Errorf("a bearer token is required (--token or --token-file)")
 	}
+	scoped, err := compileScoped(opts.ScopedTokens, opts.Token, opts.ViewerToken)
+	if err != nil {
+		return nil, fmt.Errorf("scoped tokens: %w", err)
+	}
 	st, err := store.Open(statePath)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
-		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx)}
+		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx), scoped: scoped}
 	if err := s.loadSecret(); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -194,41 +202,57 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusSeeOther) })
 
 	v1 := http.NewServeMux()
-	v1.HandleFunc("GET /v1/regions", s.listRegions)
-	v1.HandleFunc("GET /v1/instance-types", s.listInstanceTypes)
-	v1.HandleFunc("GET /v1/instances", s.listInstances)
-	v1.HandleFunc("POST /v1/instances", s.createInstance)
-	v1.HandleFunc("GET /v1/instances/{id}", s.getInstance)
-	v1.HandleFunc("DELETE /v1/instances/{id}", s.releasePower(s.deleteInstance))
-	v1.HandleFunc("POST /v1/instances/{id}/stop", s.syncPower(s.setInstanceState(api.InstanceStopped)))
-	v1.HandleFunc("POST /v1/instances/{id}/start", s.syncPower(s.setInstanceState(api.InstanceRunning)))
-	v1.HandleFunc("GET /v1/load-balancers", s.listLoadBalancers)
-	v1.HandleFunc("GET /v1/load-balancers/{name}", s.getLoadBalancer)
-	v1.HandleFunc("PUT /v1/load-balancers/{name}", s.putLoadBalancer)
-	v1.HandleFunc("PUT /v1/load-balancers/{name}/backends", s.putBackends)
-	v1.HandleFunc("PATCH /v1/load-balancers/{name}/backends", s.changeBackends)
-	v1.HandleFunc("GET /v1/load-balancers/{name}/health", s.getLoadBalancerHealth)
-	v1.HandleFunc("DELETE /v1/load-balancers/{name}", s.deleteLoadBalancer)
-	v1.HandleFunc("GET /v1/routes", s.listRoutes)
-	v1.HandleFunc("POST /v1/routes", s.createRoute)
-	v1.HandleFunc("DELETE /v1/routes/{name}", s.deleteRoute)
-	v1.HandleFunc("GET /v1/volumes", s.listVolumes)
-	v1.HandleFunc("POST /v1/volumes", s.createVolume)
-	v1.HandleFunc("GET /v1/volumes/{id}", s.getVolume)
-	v1.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
-	v1.HandleFunc("GET /v1/registries", s.listRegistries)
-	v1.HandleFunc("POST /v1/registries", s.createRegistry)
-	v1.HandleFunc("DELETE /v1/registries/{host}", s.deleteRegistry)
-	v1.HandleFunc("POST /v1/credentials", s.issueCredential)
-	v1.HandleFunc("GET /v1/token-issuers", s.listTokenIssuers)
-	v1.HandleFunc("POST /v1/token-issuers", s.putTokenIssuer)
-	v1.HandleFunc("DELETE /v1/token-issuers", s.deleteTokenIssuer)
-	v1.HandleFunc("GET /v1/faults", s.getFaults)
-	v1.HandleFunc("PUT /v1/faults", s.putFaults)
-	v1.HandleFunc("POST /v1/console/tickets", s.createConsoleTicket)
-	v1.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
-	})
-	mux.Handle("/v1/", s.logCalls(s.recoverPanics(s.authenticate(s.countCalls(s.injectFaults(v1))))))
+	for _, rt := range s.v1Routes() {
+		v1.HandleFunc(rt.pattern, rt.handler)
+	}
+	mux.Handle("/v1/", s.logCalls(s.recoverPanics(s.authenticate(v1, s.countCalls(s.injectFaults(v1))))))
 	return mux
+}
+
+// route is one v1 API endpoint.
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+// v1Routes lists the API's endpoints: Handler registers exactly these, and
+// TestEveryRouteHasAScope checks each has a scope in routeScopes.
+func (s *Server) v1Routes() []route {
+	return []route{
+		{"GET /v1/regions", s.listRegions},
+		{"GET /v1/instance-types", s.listInstanceTypes},
+		{"GET /v1/instances", s.listInstances},
+		{"POST /v1/instances", s.createInstance},
+		{"GET /v1/instances/{id}", s.getInstance},
+		{"DELETE /v1/instances/{id}", s.releasePower(s.deleteInstance)},
+		{"POST /v1/instances/{id}/stop", s.syncPower(s.setInstanceState(api.InstanceStopped))},
+		{"POST /v1/instances/{id}/start", s.syncPower(s.setInstanceState(api.InstanceRunning))},
+		{"GET /v1/load-balancers", s.listLoadBalancers},
+		{"GET /v1/load-balancers/{name}", s.getLoadBalancer},
+		{"PUT /v1/load-balancers/{name}", s.putLoadBalancer},
+		{"PUT /v1/load-balancers/{name}/backends", s.putBackends},
+		{"PATCH /v1/load-balancers/{name}/backends", s.changeBackends},
+		{"GET /v1/load-balancers/{name}/health", s.getLoadBalancerHealth},
+		{"DELETE /v1/load-balancers/{name}", s.deleteLoadBalancer},
+		{"GET /v1/routes", s.listRoutes},
+		{"POST /v1/routes", s.createRoute},
+		{"DELETE /v1/routes/{name}", s.deleteRoute},
+		{"GET /v1/volumes", s.listVolumes},
+		{"POST /v1/volumes", s.createVolume},
+		{"GET /v1/volumes/{id}", s.getVolume},
+		{"DELETE /v1/volumes/{id}", s.deleteVolume},
+		{"GET /v1/registries", s.listRegistries},
+		{"POST /v1/registries", s.createRegistry},
+		{"DELETE /v1/registries/{host}", s.deleteRegistry},
+		{"POST /v1/credentials", s.issueCredential},
+		{"GET /v1/token-issuers", s.listTokenIssuers},
+		{"POST /v1/token-issuers", s.putTokenIssuer},
+		{"DELETE /v1/token-issuers", s.deleteTokenIssuer},
+		{"GET /v1/faults", s.getFaults},
+		{"PUT /v1/faults", s.putFaults},
+		{"POST /v1/console/tickets", s.createConsoleTicket},
+		{"/v1/", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
+		}},
+	}
 }
