@@ -25,14 +25,16 @@ type pki struct {
 	caPEM  []byte
 }
 
-func newPKI() (*pki, error) {
+func newPKI() (*pki, error) { return newCA("portside-controlplane-ca") }
+
+func newCA(cn string) (*pki, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "portside-controlplane-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -51,7 +53,9 @@ func newPKI() (*pki, error) {
 }
 
 // issue signs a leaf certificate; hosts become SANs of a serving certificate.
-func (p *pki) issue(cn string, orgs []string, hosts []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+// etcd's own certificates carry both server and client usages (a member is
+// both for its peers), hence several usages.
+func (p *pki) issue(cn string, orgs []string, hosts []string, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -62,7 +66,7 @@ func (p *pki) issue(cn string, orgs []string, hosts []string, usage x509.ExtKeyU
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usages,
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

@@ -55,12 +55,14 @@ type ControlPlane struct {
 	URL string
 	// KubeconfigPath is an admin (system:masters) kubeconfig.
 	KubeconfigPath string
-	// EtcdURL is etcd's client address.
+	// EtcdURL is etcd's https client address; etcd requires the client
+	// certificate of EtcdClientTLS.
 	EtcdURL string
 
 	dir        string
 	ca         *pki
 	caPEM      []byte
+	etcdPKI    *etcdPKI
 	clientCert []byte
 	clientKey  []byte
 	etcd       *proc.Process
@@ -150,8 +152,8 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, opts Options)
 	if err != nil {
 		return err
 	}
-	client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	client := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	peer := "https://127.0.0.1:" + strconv.Itoa(ports[1])
 	args := []string{
 		"--name=portside",
 		"--data-dir=" + filepath.Join(cp.dir, "etcd"),
@@ -163,6 +165,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, opts Options)
 		"--listen-metrics-urls=",
 		"--log-level=warn",
 	}
+	args = append(args, cp.etcdPKI.etcdArgs()...)
 	if !opts.Durable {
 		args = append(args, "--unsafe-no-fsync=true")
 	}
@@ -170,7 +173,15 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, opts Options)
 	if err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, p, &http.Client{Timeout: 2 * time.Second}, client+"/health", opts.StartTimeout); err != nil {
+	tlsConfig, err := cp.etcdPKI.clientTLS()
+	if err != nil {
+		p.Stop(5 * time.Second)
+		return err
+	}
+	health := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	err = waitHTTP(ctx, p, health, client+"/health", opts.StartTimeout)
+	health.CloseIdleConnections()
+	if err != nil {
 		p.Stop(5 * time.Second)
 		return err
 	}
@@ -220,6 +231,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--v=1",
 	}
+	args = append(args, cp.etcdPKI.apiserverArgs()...)
 	args = append(args, egressArgs...)
 	args = append(args, opts.ExtraAPIServerArgs...)
 	p, err := proc.Start("kube-apiserver", bin, args, nil, filepath.Join(cp.dir, "logs", "kube-apiserver.log"))
@@ -302,6 +314,9 @@ func (cp *ControlPlane) writePKI() error {
 	}
 	cp.ca, cp.caPEM = ca, ca.caPEM
 	dir := filepath.Join(cp.dir, "pki")
+	if cp.etcdPKI, err = writeEtcdPKI(dir); err != nil {
+		return err
+	}
 	if _, _, err := serviceAccountKeys(dir); err != nil {
 		return err
 	}
