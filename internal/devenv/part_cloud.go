@@ -67,11 +67,17 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	// A cloud killed with SIGKILL leaves its endpoint file behind; the new
 	// one must not be mistaken for ready because of it.
 	_ = os.Remove(endpointFile)
+	_, scopedTokens, err := writeNodeToken(env.cloud())
+	if err != nil {
+		return err
+	}
 	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, net.NodePool)
 	args := func(listen, registryListen string) []string {
 		return []string{"cloud", "serve",
 			"--data-dir=" + env.cloud(), "--listen=" + listen, "--registry-listen=" + registryListen,
 			"--vip-pool=" + net.VIPPool.String(), "--node-pool=" + net.NodePool.String(),
+			// The nodes' credential plugin gets a pull-only token.
+			"--scoped-token-file=" + scopedTokens,
 			// Health checks twice a second: traffic follows pods within ~1 s.
 			"--health-interval=500ms",
 			// The console joins the cluster once its kubeconfig exists.

@@ -10,7 +10,6 @@ import (
 	"github.com/portside-io/portside/deploy"
 	"github.com/portside-io/portside/internal/controlplane"
 	"github.com/portside-io/portside/internal/localcloud/registry"
-	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -46,7 +45,9 @@ func setupRegistry(ctx context.Context, s *stack, env *environment) error {
 		return err
 	}
 	cloudConfig := filepath.Join(dir, "cloud.yaml")
-	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), server.TokenFile))
+	// The pull-only token (writeNodeToken), not the admin token: the
+	// plugin runs on every node and needs nothing else.
+	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), nodePullTokenFile))
 	if err := os.WriteFile(cloudConfig, []byte(cfg), 0o600); err != nil {
 		return err
 	}
