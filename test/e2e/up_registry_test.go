@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portside-io/portside/internal/credentialplugin/kubelettest"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
 // registryServesKubelets: the image `up` seeded pulls with the credentials
@@ -41,6 +46,7 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	}
 
 	ctx := context.Background()
+	nodeTokenIsPullOnly(ctx, t, filepath.Join(dir, "cloud.yaml"), image)
 	pods, err := upClient(t, data).CoreV1().Pods("demo").List(ctx, metav1.ListOptions{})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("demo pods: %v (%d)", err, len(pods.Items))
@@ -54,5 +60,40 @@ func registryServesKubelets(t *testing.T, out *syncBuffer, data string) {
 	}
 	if _, err := kubelettest.Pull(ref, &r.Auths[0]); err != nil {
 		t.Fatalf("pull %s with the service account's credential: %v", ref, err)
+	}
+}
+
+// nodeTokenIsPullOnly: the token the nodes' credential plugin is given
+// gets pull credentials and is refused (403 naming the scope) deleting a
+// load balancer or minting push credentials: it is not the admin token.
+func nodeTokenIsPullOnly(ctx context.Context, t *testing.T, cloudConfig, image string) {
+	t.Helper()
+	data, err := os.ReadFile(cloudConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^endpoint: (\S+)\ntokenFile: (\S+)$`).FindStringSubmatch(string(data))
+	if m == nil {
+		t.Fatalf("plugin cloud config %s: %q, want endpoint and tokenFile", cloudConfig, data)
+	}
+	tok, err := client.ReadTokenFile(m[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := client.New(m[1], tok)
+	if _, err := node.Credential(ctx, api.CredentialRequest{Image: image}); err != nil {
+		t.Fatalf("pull credential with the plugin's token: %v", err)
+	}
+	for name, call := range map[string]func() error{
+		"delete a load balancer": func() error { return node.DeleteLoadBalancer(ctx, "any") },
+		"push credentials": func() error {
+			_, err := node.Credential(ctx, api.CredentialRequest{Image: image, Push: true})
+			return err
+		},
+	} {
+		var se *client.StatusError
+		if err := call(); !errors.As(err, &se) || se.Status != http.StatusForbidden || !strings.Contains(se.Message, "lacks scope") {
+			t.Errorf("%s with the plugin's token (%s): %v, want 403 naming the missing scope", name, m[2], err)
+		}
 	}
 }
