@@ -114,7 +114,7 @@ func TestNewResponseFor(t *testing.T) {
 		wantErr string
 	}{
 		{name: "several entries (GCP-like), the earliest expiry", image: "us.gcr.io/p/app",
-			r: &Result{Credentials: []cloud.RegistryCredential{gcr("*.gcr.io", time.Hour), gcr("gcr.io", time.Hour), gcr("*.pkg.dev", 10*time.Minute)}},
+			r:    &Result{Credentials: []cloud.RegistryCredential{gcr("*.gcr.io", time.Hour), gcr("gcr.io", time.Hour), gcr("*.pkg.dev", 10*time.Minute)}},
 			want: `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","cacheDuration":"9m0s","auth":{"*.gcr.io":{"username":"oauth2accesstoken","password":"tok"},"*.pkg.dev":{"username":"oauth2accesstoken","password":"tok"},"gcr.io":{"username":"oauth2accesstoken","password":"tok"}}}`},
 		{name: "no credentials: success, the kubelet's default cache", image: "docker.io/library/nginx",
 			r:    &Result{},

@@ -162,7 +162,10 @@ func TestServeResponder(t *testing.T) {
 // no error is answered at once, not asked three times.
 func TestServeNilCredentialNotRetried(t *testing.T) {
 	n := 0
-	rc := credFunc(func(context.Context, cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) { n++; return nil, nil })
+	rc := credFunc(func(context.Context, cloud.RegistryCredentialRequest) (*cloud.RegistryCredential, error) {
+		n++
+		return nil, nil
+	})
 	err := Serve(context.Background(), rc, strings.NewReader(request("r.example.com/app:1")), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "returned no credential") || n != 1 {
 		t.Fatalf("error = %v after %d calls", err, n)

@@ -18,7 +18,7 @@ import (
 // stubCloud is a cloud of nothing: these tests are about sessions.
 type stubCloud struct{}
 
-func (stubCloud) State(context.Context) (CloudState, error)  { return CloudState{}, nil }
+func (stubCloud) State(context.Context) (CloudState, error)   { return CloudState{}, nil }
 func (stubCloud) SetFaults(context.Context, api.Faults) error { return nil }
 
 // openStream logs in with tok and opens the event stream; it returns the

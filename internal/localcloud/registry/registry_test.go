@@ -187,7 +187,9 @@ func putManifest(t *testing.T, host, rawPath string, auth authn.Authenticator, b
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var e struct{ Errors []struct{ Code, Message string } }
+	var e struct {
+		Errors []struct{ Code, Message string }
+	}
 	_ = json.NewDecoder(resp.Body).Decode(&e)
 	if len(e.Errors) > 0 {
 		return resp.StatusCode, e.Errors[0].Code
