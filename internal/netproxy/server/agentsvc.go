@@ -33,6 +33,15 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	s.m.connectConns.Inc()
 	defer s.m.connectConns.Dec()
 
+	// Admission comes first: a stream refused here has cost a map lookup,
+	// not a TokenReview.
+	tk, reason, err := s.admission.admit(stream.Context(), s.opts.StreamLimits)
+	if err != nil {
+		s.m.streamsRefused.WithLabelValues(reason).Inc()
+		s.logger.V(2).Info("Agent stream refused", "reason", reason, "err", err)
+		return err
+	}
+	defer tk.done()
 	agentID := first(md.Get(header.AgentID))
 	if agentID == "" {
 		return status.Error(codes.InvalidArgument, "missing agentID in metadata")
@@ -44,9 +53,17 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	}
 	principal, err := s.authenticate(stream.Context(), md)
 	if err != nil {
-		logger.Info("Agent authentication failed", "err", err)
+		if IsUnavailable(err) {
+			// Nothing is known about the token: the agent should retry.
+			logger.V(2).Info("Agent authentication unavailable", "err", err)
+			return status.Errorf(codes.Unavailable, "agent authentication unavailable: %v", err)
+		}
+		// V(2): a flood of junk tokens must not flood the log; the denials
+		// are counted (portside_token_reviews_total{result="denied"}).
+		logger.V(2).Info("Agent authentication failed", "err", err)
 		return status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err)
 	}
+	tk.authenticatedNow()
 	logger = logger.WithValues("user", principal.User, "node", principal.Node)
 	id, denied := s.decideIdentity(logger, agentID, principal, ids)
 	s.reportDenials(logger, agentID, principal, denied)

@@ -39,6 +39,14 @@ type Flags struct {
 	EnableProfiling                                   bool
 	Streams                                           bool
 
+	// Flood resistance of the agent port (reviewcache.go, admission.go).
+	ReviewMaxInFlight                        int
+	ReviewTimeout, ReviewCacheTTL            time.Duration
+	ReviewDenialTTL                          time.Duration
+	ReviewQPS                                float32
+	ReviewBurst                              int
+	MaxStreamsPerConnection, MaxUnauthStream int
+
 	EnableLeaseController bool
 	LeaseNamespace        string
 	LeaseLabel            string
@@ -65,6 +73,9 @@ func NewFlags() *Flags {
 		AdminPort: 8095, AdminBind: "127.0.0.1", KeepaliveTime: time.Hour, FrontendKeepaliveTime: time.Hour,
 		ServerID: os.Getenv("PROXY_SERVER_ID"), ServerCount: 1, ProxyStrategies: "default",
 		GracefulShutdownTimeout: 15 * time.Second, Streams: true, LeaseNamespace: "kube-system", LeaseLabel: "k8s-app=konnectivity-server",
+		ReviewMaxInFlight: DefaultReviewMaxInFlight, ReviewTimeout: DefaultReviewTimeout, ReviewCacheTTL: DefaultReviewCacheTTL,
+		ReviewDenialTTL: DefaultReviewDenialTTL, ReviewQPS: DefaultReviewQPS, ReviewBurst: DefaultReviewBurst,
+		MaxStreamsPerConnection: DefaultMaxStreamsPerConnection, MaxUnauthStream: DefaultMaxUnauthenticatedStreamsPerPeer,
 	}
 }
 
@@ -104,8 +115,16 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry; required with token authentication.")
 	fs.StringSliceVar(&f.AllowRouteClaims, "allow-route-claims", f.AllowRouteClaims, "Users or groups (a token's ServiceAccount user, a certificate's CommonName or Organization, or system:node:<name>) whose agents may claim cidr, default-route and addresses other than their own Node's. Others may claim only their Node's name and addresses.")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews; empty uses the in-cluster config.")
-	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for TokenReviews.")
-	fs.IntVar(&f.KubeconfigBurst, "kubeconfig-burst", f.KubeconfigBurst, "Client burst for TokenReviews.")
+	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for reading Nodes and Leases (TokenReviews have their own: --token-review-qps).")
+	fs.IntVar(&f.KubeconfigBurst, "kubeconfig-burst", f.KubeconfigBurst, "Client burst for reading Nodes and Leases (TokenReviews: --token-review-burst).")
+	fs.IntVar(&f.ReviewMaxInFlight, "token-review-max-in-flight", f.ReviewMaxInFlight, "Most agent TokenReviews in flight at once; an agent stream whose token needs one beyond it is refused (Unavailable; agents retry). Streams with the same token share one review.")
+	fs.DurationVar(&f.ReviewTimeout, "token-review-timeout", f.ReviewTimeout, "Timeout of one agent TokenReview.")
+	fs.DurationVar(&f.ReviewCacheTTL, "token-review-cache-ttl", f.ReviewCacheTTL, "How long a successful TokenReview answers the same token again (never past the token's expiry); negative disables.")
+	fs.DurationVar(&f.ReviewDenialTTL, "token-review-denial-ttl", f.ReviewDenialTTL, "How long a denied token is refused without a new TokenReview; negative disables.")
+	fs.Float32Var(&f.ReviewQPS, "token-review-qps", f.ReviewQPS, "QPS of the TokenReview client, apart from the client for Nodes and Leases (--kubeconfig-qps).")
+	fs.IntVar(&f.ReviewBurst, "token-review-burst", f.ReviewBurst, "Burst of the TokenReview client.")
+	fs.IntVar(&f.MaxStreamsPerConnection, "max-agent-streams-per-connection", f.MaxStreamsPerConnection, "Most agent control streams on one connection (an agent needs one); more are refused with ResourceExhausted. Negative: no cap.")
+	fs.IntVar(&f.MaxUnauthStream, "max-unauthenticated-streams-per-peer", f.MaxUnauthStream, "Most agent streams from one source address still being authenticated; more are refused with ResourceExhausted. Raise it when agents reach the server through a load balancer that does not preserve their address. Negative: no cap.")
 	fs.DurationVar(&f.BackendDialTimeout, "backend-dial-timeout", f.BackendDialTimeout, "Fail a dial the agent has not answered within this time; 0 waits.")
 	fs.DurationVar(&f.GracefulShutdownTimeout, "graceful-shutdown-timeout", f.GracefulShutdownTimeout, "On SIGTERM, how long open tunnels may continue before they are closed.")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
@@ -129,7 +148,8 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		ServerID: f.ServerID, ServerCount: f.ServerCount, Strategies: strategies,
 		BackendDialTimeout: f.BackendDialTimeout, GracefulShutdownTimeout: f.GracefulShutdownTimeout,
 		KeepaliveTime: f.KeepaliveTime, FrontendKeepaliveTime: f.FrontendKeepaliveTime, DisableStreams: !f.Streams,
-		EnableProfiling: f.EnableProfiling}
+		EnableProfiling: f.EnableProfiling,
+		StreamLimits:    f.streamLimits()}
 	if f.HealthPort > 0 {
 		o.HealthAddress = hostPort(f.HealthBind, f.HealthPort)
 	}
@@ -173,6 +193,14 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 }
 
 func (f *Flags) kubeClient() (kubernetes.Interface, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (f *Flags) restConfig() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if f.Kubeconfig != "" {
@@ -189,7 +217,31 @@ func (f *Flags) kubeClient() (kubernetes.Interface, error) {
 	if f.KubeconfigBurst > 0 {
 		cfg.Burst = f.KubeconfigBurst
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
+}
+
+func (f *Flags) streamLimits() StreamLimits {
+	return StreamLimits{PerConnection: f.MaxStreamsPerConnection, PerUnauthenticatedPeer: f.MaxUnauthStream}
+}
+
+// reviewConfig is the TokenReview client's: a copy with its own rate
+// limiter, so a flood of agent streams cannot starve the Node watch and
+// Lease updates, nor they the reviews of real agents.
+func (f *Flags) reviewConfig() (*rest.Config, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.RateLimiter = nil
+	cfg.QPS, cfg.Burst = f.ReviewQPS, f.ReviewBurst
+	if cfg.QPS <= 0 {
+		cfg.QPS = DefaultReviewQPS
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultReviewBurst
+	}
+	return cfg, nil
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

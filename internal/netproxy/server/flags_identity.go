@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -28,8 +29,17 @@ func (f *Flags) identityOptions(o *Options, logger logr.Logger) error {
 		if err != nil {
 			return err
 		}
+		rcfg, err := f.reviewConfig()
+		if err != nil {
+			return err
+		}
+		rcs, err := kubernetes.NewForConfig(rcfg)
+		if err != nil {
+			return err
+		}
 		o.TokenAuth = &TokenAuth{Namespace: f.AgentNamespace, ServiceAccount: f.AgentServiceAccount,
-			Audience: f.AuthAudience, Client: cs}
+			Audience: f.AuthAudience, Client: rcs, MaxInFlight: f.ReviewMaxInFlight, Timeout: f.ReviewTimeout,
+			CacheTTL: f.ReviewCacheTTL, DenialTTL: f.ReviewDenialTTL}
 		o.NodeClient = cs
 	} else if f.Kubeconfig != "" || inCluster() {
 		cs, err := f.kubeClient()

@@ -33,10 +33,10 @@ current-context: c
 		{"audience alone turns token auth on", []string{"--authentication-audience=system:konnectivity-server"},
 			"missing --agent-namespace, --agent-service-account", nil},
 		{"empty route-claims entry", []string{"--kubeconfig=" + kubeconfig, "--allow-route-claims=a,,b"}, "--allow-route-claims has an empty entry", nil},
-		{"token auth reads Nodes with the review client", []string{"--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent",
+		{"token auth: reviews with their own client, Nodes with the other", []string{"--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent",
 			"--authentication-audience=system:konnectivity-server", "--kubeconfig=" + kubeconfig, "--allow-route-claims=system:node:gw,gateways"}, "",
 			func(t *testing.T, o Options) {
-				if o.TokenAuth == nil || o.TokenAuth.Audience != "system:konnectivity-server" || o.NodeClient == nil || o.NodeClient != o.TokenAuth.Client {
+				if o.TokenAuth == nil || o.TokenAuth.Audience != "system:konnectivity-server" || o.NodeClient == nil || o.TokenAuth.Client == nil || o.NodeClient == o.TokenAuth.Client {
 					t.Errorf("options %+v", o)
 				}
 				if strings.Join(o.RouteClaims, ",") != "system:node:gw,gateways" {

@@ -52,6 +52,11 @@ type metrics struct {
 	streamsV1Backends prometheus.Gauge
 	agentHandshakes   prometheus.Counter
 	identifiersDenied *prometheus.CounterVec
+	// Flood resistance of the agent port (reviewcache.go, admission.go).
+	tokenReviews    *prometheus.CounterVec
+	reviewCacheHits prometheus.Counter
+	reviewShared    prometheus.Counter
+	streamsRefused  *prometheus.CounterVec
 	// grpc_connections children, resolved once.
 	proxyConns, connectConns prometheus.Gauge
 	packets                  [numSegments][numPacketTypes + 1]prometheus.Counter
@@ -78,8 +83,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		agentHandshakes:   prometheus.NewCounter(prometheus.CounterOpts(opts("portside_agent_handshake_failures_total", "Number of TLS handshakes on the agent port that failed (e.g. an agent without a valid client certificate)."))),
 		identifiersDenied: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_identifiers_denied_total",
 			"Number of agent identifiers ignored because the agent's credential does not allow them, by identifier kind and reason.")), []string{"kind", "reason"}),
+		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_token_reviews_total",
+			"Number of TokenReviews of agent tokens sent to the apiserver, by result (authenticated, denied, error).")), []string{"result"}),
+		reviewCacheHits: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_token_review_cache_hits_total",
+			"Number of agent streams whose token was answered by a cached review (authentications and, briefly, denials)."))),
+		reviewShared: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_token_review_shared_total",
+			"Number of agent streams that waited for a review of the same token already in flight instead of sending their own."))),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_streams_refused_total",
+			"Number of agent streams refused before authentication, by reason (per_connection, per_unauthenticated_peer, reviews_busy).")), []string{"reason"}),
 	}
-	reg.MustRegister(m.identifiersDenied)
+	reg.MustRegister(m.identifiersDenied, m.tokenReviews, m.reviewCacheHits, m.reviewShared, m.streamsRefused)
 	reg.MustRegister(m.dialDuration, m.grpcConnections, m.httpConnections, m.readyBackendConns, m.readyBackends,
 		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends, m.agentHandshakes)
 	m.proxyConns = m.grpcConnections.WithLabelValues("Proxy")

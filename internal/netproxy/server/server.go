@@ -75,6 +75,9 @@ type Options struct {
 	// RouteClaims are the users and groups (--allow-route-claims) whose
 	// agents may claim cidr, default-route and addresses not their node's.
 	RouteClaims []string
+	// StreamLimits cap agent control streams per connection and per
+	// unauthenticated peer address (admission.go).
+	StreamLimits StreamLimits
 
 	// BackendDialTimeout fails a dial the agent has not answered in time;
 	// zero waits for the agent (upstream's default).
@@ -100,7 +103,8 @@ type Server struct {
 	m      *metrics
 	reg    *prometheus.Registry
 
-	backends registry
+	backends  registry
+	admission admission
 
 	frontendLn, agentLn, healthLn, adminLn net.Listener
 	nodes                                  *nodeCache
@@ -149,6 +153,9 @@ func New(opts Options) (_ *Server, err error) {
 		s.reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(s.reg)
+	if opts.TokenAuth != nil {
+		opts.TokenAuth.m.Store(s.m)
+	}
 	s.logger = klog.Background().WithName("proxy-server").WithValues("serverID", opts.ServerID)
 	defer func() {
 		if err != nil {
