@@ -114,7 +114,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
 	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry; required with token authentication.")
 	fs.StringSliceVar(&f.AllowRouteClaims, "allow-route-claims", f.AllowRouteClaims, "Users or groups (a token's ServiceAccount user, a certificate's CommonName or Organization, or system:node:<name>) whose agents may claim cidr, default-route and addresses other than their own Node's. Others may claim only their Node's name and addresses.")
-	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews; empty uses the in-cluster config.")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews, Nodes and Leases; empty uses the in-cluster config.")
 	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for reading Nodes and Leases (TokenReviews have their own: --token-review-qps).")
 	fs.IntVar(&f.KubeconfigBurst, "kubeconfig-burst", f.KubeconfigBurst, "Client burst for reading Nodes and Leases (TokenReviews: --token-review-burst).")
 	fs.IntVar(&f.ReviewMaxInFlight, "token-review-max-in-flight", f.ReviewMaxInFlight, "Most agent TokenReviews in flight at once; an agent stream whose token needs one beyond it is refused (Unavailable; agents retry). Streams with the same token share one review.")
