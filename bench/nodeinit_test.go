@@ -28,6 +28,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/localcloudtest"
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -36,7 +37,10 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
-	testenv.Main(m)
+	code := testenv.Run(m)
+	// The memory harness builds portside once per test binary; remove it.
+	testbin.Cleanup()
+	os.Exit(code)
 }
 
 func envInt(name string, def int) int {

@@ -40,6 +40,10 @@ func New(t testing.TB) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium leaves an org.chromium.Chromium.* directory in its
+		// temporary directory at every start: give it the test's own, which
+		// the test removes, so no run leaves anything in /tmp.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1440, 1000),
 		chromedp.Flag("headless", "new"),
 		chromedp.Flag("disable-gpu", true),
