@@ -9,7 +9,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -70,21 +69,7 @@ func TestLeaderMigrationChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.StorageV1().CSIDrivers().Delete(ctx, drv, metav1.DeleteOptions{}) })
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
-		Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{
-			VolumeID: "aws://us-east-1a/vol-0" + sfx, FSType: "ext4"}},
-	}}
-	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		forget(t, "pv "+pvName, func(pt types.PatchType, b []byte) error {
-			_, err := c.CoreV1().PersistentVolumes().Patch(ctx, pvName, pt, b, metav1.PatchOptions{})
-			return err
-		}, func(o metav1.DeleteOptions) error { return c.CoreV1().PersistentVolumes().Delete(ctx, pvName, o) })
-	})
+	createInTreePV(t, c, pvName, "1Gi", sfx)
 	// kube-controller-manager N+1 told to enable leader migration (the old
 	// plan's step 2), and one version N without leader election.
 	for name, args := range map[string][]string{

@@ -152,21 +152,7 @@ func TestLeftoversAreReportedNotReady(t *testing.T) {
 		}, func(o metav1.DeleteOptions) error { return c.CoreV1().Pods("kube-system").Delete(ctx, kcm, o) })
 	})
 	// An in-tree EBS volume (the apiserver adds the pv-protection finalizer).
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
-		Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{
-			VolumeID: "aws://us-east-1a/vol-0" + sfx, FSType: "ext4"}},
-	}}
-	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		forget(t, "pv "+pvName, func(pt types.PatchType, b []byte) error {
-			_, err := c.CoreV1().PersistentVolumes().Patch(ctx, pvName, pt, b, metav1.PatchOptions{})
-			return err
-		}, func(o metav1.DeleteOptions) error { return c.CoreV1().PersistentVolumes().Delete(ctx, pvName, o) })
-	})
+	createInTreePV(t, c, pvName, "10Gi", sfx)
 	// An in-tree StorageClass.
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: scName}, Provisioner: "kubernetes.io/aws-ebs", Parameters: map[string]string{"type": "gp2"}}
 	if _, err := c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
@@ -384,4 +370,27 @@ func create(ctx context.Context, c kubernetes.Interface, kind string, doc []byte
 		return func() error { return c.RbacV1().RoleBindings(o.Namespace).Delete(ctx, o.Name, opts) }, exists(err)
 	}
 	return nil, fmt.Errorf("unexpected kind %s in deploy/ccm", kind)
+}
+
+// createInTreePV creates an in-tree EBS PersistentVolume (the apiserver adds
+// the pv-protection finalizer) and removes it, finalizers and all, at the
+// test's end.
+func createInTreePV(t *testing.T, c kubernetes.Interface, pvName, size, sfx string) {
+	t.Helper()
+	ctx := context.Background()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{
+			VolumeID: "aws://us-east-1a/vol-0" + sfx, FSType: "ext4"}},
+	}}
+	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		forget(t, "pv "+pvName, func(pt types.PatchType, b []byte) error {
+			_, err := c.CoreV1().PersistentVolumes().Patch(ctx, pvName, pt, b, metav1.PatchOptions{})
+			return err
+		}, func(o metav1.DeleteOptions) error { return c.CoreV1().PersistentVolumes().Delete(ctx, pvName, o) })
+	})
 }
