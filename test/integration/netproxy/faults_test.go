@@ -357,10 +357,8 @@ func TestFaultUnauthenticatedAgent(t *testing.T) {
 				agent := startProxyAgent(t, e.combo.agent, e.dir, agentConfig{ID: tc.name, ServerPort: cfg.AgentPort,
 					CA: e.ca.File, Cert: tc.cert, Key: tc.key, HealthPort: p[0], AdminPort: p[1]})
 				// The agent tries (sync interval 200ms) and says why it fails.
-				// Waiting for an event, not a budget: a loaded CI machine once
-				// took upstream's agent over 10 s to log its first attempt.
 				var log string
-				waitFor(t, 45*time.Second, "the agent to log its refusal", func() bool {
+				waitFor(t, 20*time.Second, "the agent to log its refusal", func() bool {
 					b, _ := os.ReadFile(agent.LogPath)
 					log = string(b)
 					return refusal(log) != ""
@@ -523,7 +521,15 @@ func waitMetric(t *testing.T, p *proxyProc, name string, want float64, timeout t
 func refusal(log string) string {
 	for _, line := range strings.Split(log, "\n") {
 		l := strings.ToLower(line)
-		if strings.Contains(l, "certificate") && strings.Contains(l, "connect") {
+		if !strings.Contains(l, "connect") {
+			continue
+		}
+		// The server refuses the certificate with a TLS alert; when it
+		// closes the connection before the agent reads the alert, the agent
+		// sees only the close (seen under upstream's agent on a loaded CI
+		// run: every attempt a broken pipe). The checks after this one
+		// (readyz 5xx, no agent for a dial) prove the refusal either way.
+		if strings.Contains(l, "certificate") || strings.Contains(l, "broken pipe") || strings.Contains(l, "connection reset") {
 			return line
 		}
 	}
