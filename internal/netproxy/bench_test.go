@@ -312,16 +312,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		buf := make([]byte, 100)
-		for range 10 {
-			clear(buf)
-			if err := smallRequest(c, buf); err != nil {
-				t.Fatal(err)
-			}
-			if string(buf) != string(benchPattern[:100]) {
-				t.Fatalf("answer %x, want %x", buf, benchPattern[:100])
-			}
-		}
+		checkSmallRequests(t, c)
 	})
 	for _, m := range benchModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -350,16 +341,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				buf := make([]byte, 100)
-				for range 10 {
-					clear(buf)
-					if err := smallRequest(c, buf); err != nil {
-						t.Fatal(err)
-					}
-					if string(buf) != string(benchPattern[:100]) {
-						t.Fatalf("answer %x, want %x", buf, benchPattern[:100])
-					}
-				}
+				checkSmallRequests(t, c)
 			})
 
 			t.Run("dial", func(t *testing.T) {
@@ -422,5 +404,21 @@ func TestBenchHarnessSmoke(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// checkSmallRequests makes ten of smallRequest's round trips on c and
+// checks each answer is the destination's first 100 bytes.
+func checkSmallRequests(t *testing.T, c net.Conn) {
+	t.Helper()
+	buf := make([]byte, 100)
+	for range 10 {
+		clear(buf)
+		if err := smallRequest(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		if string(buf) != string(benchPattern[:100]) {
+			t.Fatalf("answer %x, want %x", buf, benchPattern[:100])
+		}
 	}
 }

@@ -154,19 +154,7 @@ func TestDecideCacheDuration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := decideCacheDuration(tc.explicit, tc.expires, now)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			got := "nil"
-			if d != nil {
-				got = d.Duration.String()
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("= %s, %v; want %s", got, err, tc.want)
-			}
+			checkCacheDuration(t, "decideCacheDuration", d, err, tc.want, tc.wantErr)
 		})
 	}
 }

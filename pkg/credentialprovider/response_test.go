@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/portside-io/portside/pkg/cloud"
@@ -31,19 +32,7 @@ func TestCacheDuration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := CacheDuration(tc.expires, now)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			got := "nil"
-			if d != nil {
-				got = d.Duration.String()
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("CacheDuration = %s, %v; want %s", got, err, tc.want)
-			}
+			checkCacheDuration(t, "CacheDuration", d, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -161,5 +150,24 @@ func TestNewResponseFor(t *testing.T) {
 				t.Fatalf("response =\n%s\nwant\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// checkCacheDuration checks a cache duration decision: the error contains
+// wantErr when one is wanted, else the duration is want ("nil" for none).
+func checkCacheDuration(t *testing.T, what string, d *metav1.Duration, err error, want, wantErr string) {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("%s: error = %v, want %q", what, err, wantErr)
+		}
+		return
+	}
+	got := "nil"
+	if d != nil {
+		got = d.Duration.String()
+	}
+	if err != nil || got != want {
+		t.Fatalf("%s = %s, %v; want %s", what, got, err, want)
 	}
 }
