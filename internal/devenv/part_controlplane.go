@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,6 +40,9 @@ type environment struct {
 	controlPlaneExit func() string
 	// cp issues certificates of the control plane's CA (kubelets, proxy).
 	cp *controlplane.ControlPlane
+	// webhookClient is the certificate kube-apiserver presents to the
+	// CCM's webhook, and its CA, which the webhook requires.
+	webhookClient webhookClient
 
 	// networkProxy: kube-apiserver's cluster egress goes through
 	// proxy-server and per-zone agents (netproxyState says where).
@@ -58,6 +62,10 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 	if env.networkProxy {
 		opts.EgressSelections = env.egressSelections()
 	}
+	if env.webhookClient, err = writeWebhookClient(filepath.Join(env.controlPlane(), "webhook-client")); err != nil {
+		return err
+	}
+	opts.ExtraAPIServerArgs = append(opts.ExtraAPIServerArgs, "--admission-control-config-file="+env.webhookClient.AdmissionConfigFile)
 	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
 		return err
