@@ -50,14 +50,18 @@ func ccmArgs(kubeconfig, cloudConfig string, replicas, replica int) []string {
 
 // webhookArgs make a CCM serve the persistent-volume-label webhook on
 // 127.0.0.1:port with a certificate of the cluster's CA (the apiserver
-// trusts it through the webhook configuration's CA bundle).
-func webhookArgs(port int, certFile, keyFile string) []string {
+// trusts it through the webhook configuration's CA bundle), answering only
+// callers with a client certificate of clientCAFile (the apiserver's, from
+// its admission configuration), so another local user cannot make it
+// read volumes from the cloud.
+func webhookArgs(port int, certFile, keyFile, clientCAFile string) []string {
 	return []string{
 		"--webhooks=" + pvlabel.Name,
 		"--webhook-bind-address=127.0.0.1",
 		"--webhook-secure-port=" + strconv.Itoa(port),
 		"--webhook-tls-cert-file=" + certFile,
 		"--webhook-tls-private-key-file=" + keyFile,
+		"--webhook-client-ca-file=" + clientCAFile,
 	}
 }
 
@@ -110,7 +114,7 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 		if i == 1 {
 			env.webhookURL = fmt.Sprintf("https://127.0.0.1:%d%s", port, pvlabel.Path)
 		}
-		if err := startCCMReplica(ctx, s, env, exe, i, webhookArgs(port, cert.CertFile, cert.KeyFile)); err != nil {
+		if err := startCCMReplica(ctx, s, env, exe, i, webhookArgs(port, cert.CertFile, cert.KeyFile, env.webhookClient.CAFile)); err != nil {
 			return err
 		}
 	}
