@@ -1,0 +1,286 @@
+package vpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"sync"
+
+	"k8s.io/klog/v2"
+)
+
+// Metrics of the kernel routes: the unreachable cover loses to the routes
+// into the VPC while they exist, and stays when they are gone.
+const (
+	coverMetric = "4000"
+	routeMetric = "10"
+)
+
+// Config is one VPC.
+type Config struct {
+	// ID names its kernel objects (see IDFor).
+	ID string
+	// Subnet is the machines' network; its first address is the gateway,
+	// on the router's bridge.
+	Subnet Range
+	// Uplink is the host↔router link's /30 (or /29, /31).
+	Uplink Range
+	// Routed are more ranges the host sends into the VPC (pod CIDRs, VIPs).
+	Routed []Range
+	// Covered are the ranges the host covers with unreachable routes; each
+	// of Subnet, Uplink and Routed must lie inside one.
+	Covered []Range
+	// StateFile records what was made, for Down (also after a kill -9).
+	StateFile string
+}
+
+// Network is a VPC that is up.
+type Network struct {
+	cfg    Config
+	n      names
+	rec    *record
+	mu     sync.Mutex
+	gw     netip.Addr
+	router netip.Addr // the router's uplink address: the host's next hop
+	host   netip.Addr // the host's uplink address
+}
+
+// Up makes the VPC. What an earlier run left (after a kill -9) is removed
+// first, by its record. On error everything made so far is removed.
+func Up(ctx context.Context, cfg Config) (*Network, error) {
+	n, err := namesFor(cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := Down(ctx, cfg.StateFile); err != nil {
+		return nil, fmt.Errorf("removing what an earlier run left: %w", err)
+	}
+	hostAddr, routerAddr, err := uplinkAddrs(cfg.Uplink.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Uplink.Flag, err)
+	}
+	inner := []netip.Prefix{cfg.Subnet.Prefix, cfg.Uplink.Prefix}
+	for _, r := range cfg.Routed {
+		inner = append(inner, r.Prefix)
+	}
+	if p, ok := coveredBy(inner, cfg.Covered); !ok {
+		return nil, fmt.Errorf("%s is not inside any covered range: every range the VPC routes must be covered by an unreachable route", p)
+	}
+	host, err := hostNets()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRanges(cfg.Covered, host, nil); err != nil {
+		return nil, err
+	}
+	rec, err := loadRecord(cfg.StateFile)
+	if err != nil {
+		return nil, err
+	}
+	nw := &Network{cfg: cfg, n: n, rec: rec, gw: gateway(cfg.Subnet.Prefix), router: routerAddr, host: hostAddr}
+	if err := nw.build(); err != nil {
+		if derr := Down(context.Background(), cfg.StateFile); derr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
+		}
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("VPC up", "id", cfg.ID, "subnet", cfg.Subnet.Prefix, "gateway", nw.gw, "router", n.router)
+	return nw, nil
+}
+
+func (nw *Network) build() error {
+	n, cfg := nw.n, nw.cfg
+	// Cover first: from here on nothing for these ranges can leave by the
+	// default route, whatever fails later.
+	for _, c := range cfg.Covered {
+		if err := nw.addRoute("", "unreachable", c.Prefix.String(), "metric", coverMetric); err != nil {
+			return err
+		}
+	}
+	if err := nw.rec.add(object{Kind: "netns", Name: n.router}); err != nil {
+		return err
+	}
+	if err := ip("netns", "add", n.router); err != nil {
+		return err
+	}
+	ino, err := netnsInode(n.router)
+	if err != nil {
+		return err
+	}
+	if err := nw.rec.setIdent("netns", n.router, ino); err != nil {
+		return err
+	}
+	if err := nw.rec.add(object{Kind: "link", Name: n.hostUplink}); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"link", "add", n.hostUplink, "type", "veth", "peer", "name", n.routerUplink, "netns", n.router},
+		{"addr", "add", prefixOf(nw.host, cfg.Uplink.Prefix), "dev", n.hostUplink},
+		{"link", "set", n.hostUplink, "up"},
+		{"-n", n.router, "link", "set", "lo", "up"},
+		{"-n", n.router, "addr", "add", prefixOf(nw.router, cfg.Uplink.Prefix), "dev", n.routerUplink},
+		{"-n", n.router, "link", "set", n.routerUplink, "up"},
+		{"-n", n.router, "link", "add", n.bridge, "type", "bridge"},
+		{"-n", n.router, "addr", "add", prefixOf(nw.gw, cfg.Subnet.Prefix), "dev", n.bridge},
+		{"-n", n.router, "link", "set", n.bridge, "up"},
+	}
+	for i, s := range steps {
+		if err := ip(s...); err != nil {
+			return err
+		}
+		if i == 0 {
+			idx, err := linkIndex(n.hostUplink)
+			if err != nil {
+				return err
+			}
+			if err := nw.rec.setIdent("link", n.hostUplink, idx); err != nil {
+				return err
+			}
+		}
+	}
+	// The router forwards between the uplink and the bridge: only here,
+	// in the cloud's own namespace.
+	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv4.ip_forward", "1"); err != nil {
+		return fmt.Errorf("switching on forwarding in the VPC router: %w", err)
+	}
+	for _, r := range append([]Range{cfg.Subnet}, cfg.Routed...) {
+		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addRoute records, then adds, a route in the host (netns "") or a netns.
+func (nw *Network) addRoute(netns string, spec ...string) error {
+	if err := nw.rec.add(object{Kind: "route", Name: spec[0], Netns: netns, Route: spec}); err != nil {
+		return err
+	}
+	args := append([]string{"route", "add"}, spec...)
+	if netns != "" {
+		args = append([]string{"-n", netns}, args...)
+	}
+	return ip(args...)
+}
+
+// Gateway is the machines' gateway: the router's address on the bridge,
+// where the cloud serves the control plane to its machines (see Expose).
+func (nw *Network) Gateway() netip.Addr { return nw.gw }
+
+// HostAddr is the host's own address on the uplink: what machines see as
+// the source of the host's connections.
+func (nw *Network) HostAddr() netip.Addr { return nw.host }
+
+// RouterNetns is the router namespace's path.
+func (nw *Network) RouterNetns() string { return NetnsPath(nw.n.router) }
+
+// Subnet is the machines' network.
+func (nw *Network) Subnet() netip.Prefix { return nw.cfg.Subnet.Prefix }
+
+func prefixOf(a netip.Addr, p netip.Prefix) string {
+	return netip.PrefixFrom(a, p.Bits()).String()
+}
+
+// ip runs ip(8).
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return ipError(args, out, err)
+	}
+	return nil
+}
+
+func ipJSON(v any, args ...string) error {
+	args = append([]string{"-j"}, args...)
+	out, err := exec.Command("ip", args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ipError(args, ee.Stderr, err)
+		}
+		return ipError(args, nil, err)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return json.Unmarshal(out, v)
+}
+
+func linkIndex(name string) (uint64, error) {
+	var links []struct {
+		Index uint64 `json:"ifindex"`
+	}
+	if err := ipJSON(&links, "link", "show", "dev", name); err != nil {
+		return 0, err
+	}
+	if len(links) != 1 {
+		return 0, fmt.Errorf("link %s: not found", name)
+	}
+	return links[0].Index, nil
+}
+
+// hostNets lists the host namespace's address prefixes and routes.
+func hostNets() ([]HostNet, error) {
+	var addrs []struct {
+		Name  string `json:"ifname"`
+		Infos []struct {
+			Local     string `json:"local"`
+			PrefixLen int    `json:"prefixlen"`
+		} `json:"addr_info"`
+	}
+	if err := ipJSON(&addrs, "addr", "show"); err != nil {
+		return nil, err
+	}
+	var out []HostNet
+	for _, l := range addrs {
+		for _, a := range l.Infos {
+			addr, err := netip.ParseAddr(a.Local)
+			if err != nil || addr.IsLoopback() || addr.IsLinkLocalUnicast() {
+				continue
+			}
+			out = append(out, HostNet{Prefix: netip.PrefixFrom(addr, a.PrefixLen).Masked(), Dev: l.Name, Kind: "address"})
+		}
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		var routes []struct {
+			Dst  string `json:"dst"`
+			Dev  string `json:"dev"`
+			Type string `json:"type"`
+		}
+		if err := ipJSON(&routes, fam, "route", "show", "table", "main"); err != nil {
+			return nil, err
+		}
+		for _, r := range routes {
+			p, err := parseDst(r.Dst, fam == "-6")
+			if err != nil || p.Bits() == 0 || p.Addr().IsLinkLocalUnicast() || p.Addr().IsMulticast() {
+				continue
+			}
+			dev := r.Dev
+			if dev == "" {
+				dev = r.Type
+			}
+			out = append(out, HostNet{Prefix: p, Dev: dev, Kind: "route"})
+		}
+	}
+	return out, nil
+}
+
+func parseDst(dst string, v6 bool) (netip.Prefix, error) {
+	if dst == "default" {
+		return netip.Prefix{}, errors.New("default")
+	}
+	if p, err := netip.ParsePrefix(dst); err == nil {
+		return p, nil
+	}
+	a, err := netip.ParseAddr(dst)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// StateFile is where the network's record is (for Down).
+func (nw *Network) StateFile() string { return nw.cfg.StateFile }

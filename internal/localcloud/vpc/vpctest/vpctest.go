@@ -1,0 +1,101 @@
+// Package vpctest gives tests a VPC of their own: ranges no other test (or
+// the host) uses at the same time, removed when the test ends, on success
+// and on failure.
+package vpctest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/portside-io/portside/internal/localcloud/vpc"
+	"github.com/portside-io/portside/internal/testskip"
+)
+
+// Ranges is one test VPC's address plan: a /22 of 198.18.0.0/15 (reserved
+// for benchmarking, never routed on the internet) split into the machines'
+// subnet, VIPs and the uplink, and a /20 of 10.240.0.0/12 for pod CIDRs.
+type Ranges struct {
+	Block, Subnet, VIPs, Uplink, Pods netip.Prefix
+}
+
+// Pick chooses ranges at random; a clash with another test is caught by
+// vpc.Up (its cover routes are refused) and Start picks again.
+func Pick() Ranges {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	n := binary.BigEndian.Uint32(b[:])
+	i, j := n%128, (n/128)%256 // 128 /22s in 198.18.0.0/15; 256 /20s in 10.240.0.0/12
+	base := netip.AddrFrom4([4]byte{198, 18 + byte(i/64), byte((i % 64) * 4), 0})
+	pods := netip.AddrFrom4([4]byte{10, 240 + byte(j/16), byte((j % 16) * 16), 0})
+	at := func(third, fourth byte, bits int) netip.Prefix {
+		a := base.As4()
+		a[2] += third
+		a[3] = fourth
+		return netip.PrefixFrom(netip.AddrFrom4(a), bits)
+	}
+	return Ranges{
+		Block:  netip.PrefixFrom(base, 22),
+		Subnet: at(0, 0, 24),
+		VIPs:   at(1, 0, 24),
+		Uplink: at(3, 252, 30),
+		Pods:   netip.PrefixFrom(pods, 20),
+	}
+}
+
+// Config is a vpc.Config for r.
+func (r Ranges) Config(id, stateFile string) vpc.Config {
+	return vpc.Config{
+		ID:        id,
+		Subnet:    vpc.Range{Prefix: r.Subnet, Flag: "subnet"},
+		Uplink:    vpc.Range{Prefix: r.Uplink, Flag: "uplink"},
+		Routed:    []vpc.Range{{Prefix: r.VIPs, Flag: "vips"}, {Prefix: r.Pods, Flag: "pods"}},
+		Covered:   []vpc.Range{{Prefix: r.Block, Flag: "block"}, {Prefix: r.Pods, Flag: "pods"}},
+		StateFile: stateFile,
+	}
+}
+
+// RequireRoot ends the test (skip locally, fail under CI) where real
+// namespaces cannot be made.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testskip.Unavailable(t, "real network namespaces need root: run the tests as root (sudo -E go test ...)")
+	}
+	for _, tool := range []string{"ip", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testskip.Unavailable(t, "%s not found: install iproute2 and util-linux", tool)
+		}
+	}
+}
+
+// Start brings up a VPC of the test's own and takes it down at the end.
+func Start(t testing.TB) (*vpc.Network, Ranges) {
+	t.Helper()
+	RequireRoot(t)
+	dir := t.TempDir()
+	for attempt := 0; ; attempt++ {
+		r := Pick()
+		id := vpc.IDFor(fmt.Sprintf("%s/%d", dir, attempt))
+		state := filepath.Join(dir, fmt.Sprintf("vpc-%d.json", attempt))
+		nw, err := vpc.Up(context.Background(), r.Config(id, state))
+		if err == nil {
+			t.Cleanup(func() {
+				if err := vpc.Down(context.Background(), state); err != nil {
+					t.Errorf("vpc down: %v", err)
+				}
+			})
+			return nw, r
+		}
+		if attempt >= 5 || !(strings.Contains(err.Error(), "overlaps") || strings.Contains(err.Error(), "File exists")) {
+			t.Fatalf("vpc up: %v", err)
+		}
+	}
+}
