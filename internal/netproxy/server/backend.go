@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -202,9 +203,9 @@ func (r *registry) choose(strategies []Strategy, address string) (*backend, Stra
 		ids[i] = b.id
 		ids[i].Draining = b.draining.Load()
 	}
-	idx, s := Eligible(strategies, address, ids)
-	if len(idx) == 0 {
+	i, s := Choose(strategies, address, ids, rand.IntN)
+	if i < 0 {
 		return nil, ""
 	}
-	return r.list[pick(idx)], s
+	return r.list[i], s
 }

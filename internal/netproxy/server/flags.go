@@ -109,7 +109,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.EnableLeaseController, "enable-lease-controller", f.EnableLeaseController, "Publish this server's Lease, delete expired ones of other servers, and tell agents the number of live servers.")
 	fs.StringVar(&f.LeaseNamespace, "lease-namespace", f.LeaseNamespace, "Namespace of the proxy servers' Leases.")
 	fs.StringVar(&f.LeaseLabel, "lease-label", f.LeaseLabel, "Labels (key=value[,key=value]) of the proxy servers' Leases.")
-	fs.StringVar(&f.ProxyStrategies, "proxy-strategies", f.ProxyStrategies, "Comma-ordered agent selection strategies: destHost, defaultRoute, default.")
+	fs.StringVar(&f.ProxyStrategies, "proxy-strategies", f.ProxyStrategies, "Comma-ordered agent selection strategies: destHost, defaultRoute, default, and Portside's portsideDestCIDR (agents whose cidr= identifiers hold the destination address).")
 	fs.StringVar(&f.AgentNamespace, "agent-namespace", f.AgentNamespace, "Namespace of the agents' ServiceAccount (token authentication).")
 	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
 	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry; required with token authentication.")

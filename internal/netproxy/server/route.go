@@ -2,21 +2,27 @@ package server
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
-// Strategy is one of upstream's --proxy-strategies values.
+// Strategy is one of upstream's --proxy-strategies values, or Portside's
+// own portsideDestCIDR.
 type Strategy string
 
 const (
 	StrategyDefault      Strategy = "default"
 	StrategyDestHost     Strategy = "destHost"
 	StrategyDefaultRoute Strategy = "defaultRoute"
+	// StrategyDestCIDR routes a dial to an agent whose cidr= identifiers
+	// hold the destination address. Upstream has no CIDR routing (its
+	// destHost compares strings), so it is a strategy of its own, with a
+	// name upstream will not take, rather than a widening of destHost that
+	// would route differently from upstream's servers in the same fleet.
+	StrategyDestCIDR Strategy = "portsideDestCIDR"
 )
 
 // ParseStrategies reads a comma-ordered --proxy-strategies value.
@@ -25,11 +31,11 @@ func ParseStrategies(s string) ([]Strategy, error) {
 	for _, p := range strings.Split(s, ",") {
 		p = strings.TrimSpace(p)
 		switch Strategy(p) {
-		case StrategyDefault, StrategyDestHost, StrategyDefaultRoute:
+		case StrategyDefault, StrategyDestHost, StrategyDefaultRoute, StrategyDestCIDR:
 			out = append(out, Strategy(p))
 		case "":
 		default:
-			return nil, fmt.Errorf("unknown proxy strategy %q (want default, destHost or defaultRoute)", p)
+			return nil, fmt.Errorf("unknown proxy strategy %q in --proxy-strategies (want default, destHost, defaultRoute or %s)", p, StrategyDestCIDR)
 		}
 	}
 	if len(out) == 0 {
@@ -41,7 +47,7 @@ func ParseStrategies(s string) ([]Strategy, error) {
 // Identity is what routing knows of one connected agent.
 type Identity struct {
 	AgentID      string
-	Hosts        []string // host, ipv4 and ipv6 identifiers, compared as strings
+	Hosts        []string // host, ipv4 and ipv6 identifiers, compared as exact strings (destHost)
 	CIDRs        []netip.Prefix
 	DefaultRoute bool
 	Draining     bool
@@ -71,22 +77,35 @@ func NewIdentity(agentID string, ids header.Identifiers) (Identity, []string) {
 	return id, bad
 }
 
-// DialHost is the host part of a dial address ("10.0.0.1:443", "[::1]:80",
-// or a bare host).
+// DialHost is the host destHost looks up for a dial address, by
+// upstream's rules (RemovePortFromHost), so that a fleet mixing upstream
+// and Portside servers routes every dial alike: an address with at most
+// one colon is cut at it ("node-a:10250" is "node-a"); one with more is
+// IPv6, whose port is cut only when it is bracketed ("[fd00::2]:443" is
+// "fd00::2", "fd00::2" stays). Brackets are then trimmed. Nothing is
+// canonicalised: no lower-casing, no IP parsing.
 func DialHost(address string) string {
-	if h, _, err := net.SplitHostPort(address); err == nil {
+	if strings.Count(address, ":") < 2 {
+		h, _, _ := strings.Cut(address, ":")
 		return h
+	}
+	if strings.Contains(address, "[") {
+		address = address[:strings.LastIndexByte(address, ':')]
 	}
 	return strings.Trim(address, "[]")
 }
 
-// serves reports whether the agent claims host by destHost rules.
-func (id *Identity) serves(host string) bool {
-	for _, h := range id.Hosts {
-		if strings.EqualFold(h, host) {
-			return true
-		}
-	}
+// claimsHost reports whether the agent advertised host (as host=, ipv4= or
+// ipv6=) byte for byte: upstream keys its destHost agents by the
+// identifier strings, so "NODE-A" is not "node-a" and "fd00:0::2" is not
+// "fd00::2".
+func (id *Identity) claimsHost(host string) bool {
+	return host != "" && slices.Contains(id.Hosts, host)
+}
+
+// inCIDR reports whether host is an address inside one of the agent's
+// cidr= identifiers (portsideDestCIDR).
+func (id *Identity) inCIDR(host string) bool {
 	if len(id.CIDRs) == 0 {
 		return false
 	}
@@ -118,7 +137,9 @@ func Eligible(strategies []Strategy, address string, agents []Identity) ([]int, 
 			case StrategyDefault:
 				ok = true
 			case StrategyDestHost:
-				ok = a.serves(host)
+				ok = a.claimsHost(host)
+			case StrategyDestCIDR:
+				ok = a.inCIDR(host)
 			case StrategyDefaultRoute:
 				ok = a.DefaultRoute
 			}
@@ -141,10 +162,19 @@ func Eligible(strategies []Strategy, address string, agents []Identity) ([]int, 
 	return nil, ""
 }
 
-// pick chooses uniformly among eligible indexes.
-func pick(idx []int) int {
-	if len(idx) == 1 {
-		return idx[0]
+// Choose picks the agent for a dial among those Eligible returns (agents
+// in the order they connected): under destHost the first, as upstream's
+// destHost gives a host to the agent that registered it first (so servers
+// of both kinds in one fleet send a host's dials to the same agent);
+// under the other strategies uniformly, with intn (rand.IntN outside
+// tests).
+func Choose(strategies []Strategy, address string, agents []Identity, intn func(int) int) (int, Strategy) {
+	idx, s := Eligible(strategies, address, agents)
+	switch {
+	case len(idx) == 0:
+		return -1, ""
+	case len(idx) == 1 || s == StrategyDestHost:
+		return idx[0], s
 	}
-	return idx[rand.IntN(len(idx))]
+	return idx[intn(len(idx))], s
 }

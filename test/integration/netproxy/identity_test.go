@@ -83,7 +83,9 @@ func runImpostor(t *testing.T, cs kubernetes.Interface, dest string, so server.O
 	ctx := context.Background()
 	srvReg := prometheus.NewRegistry()
 	so.Registry = srvReg
-	so.Strategies = []server.Strategy{server.StrategyDestHost, server.StrategyDefaultRoute}
+	// portsideDestCIDR too, so the impostor's cidr=0.0.0.0/0 would route
+	// if the server granted it.
+	so.Strategies = []server.Strategy{server.StrategyDestHost, server.StrategyDestCIDR, server.StrategyDefaultRoute}
 	s := netproxytest.StartServer(t, so)
 	impostorReg, honestReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	// The impostor connects first, so it is there whenever a dial is routed.
