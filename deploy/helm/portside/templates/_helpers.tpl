@@ -31,4 +31,12 @@ namespace.
 {{- if and .Values.webhook.caBundle .Values.webhook.certManager.enabled }}
 {{- fail "set webhook.caBundle or webhook.certManager.enabled, not both" }}
 {{- end }}
+{{- with .Values.webhook.clientCA }}
+{{- if and .configMapName .secretName }}
+{{- fail "set webhook.clientCA.configMapName or webhook.clientCA.secretName, not both" }}
+{{- end }}
+{{- if and (or .configMapName .secretName) (not $.Values.webhook.enabled) }}
+{{- fail "webhook.clientCA needs webhook.enabled" }}
+{{- end }}
+{{- end }}
 {{- end }}
