@@ -55,12 +55,16 @@ tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-s
 browser: ## Install Debian's chromium for the web console's browser tests (skipped, saying so, if it cannot)
 	@hack/ensure-chromium.sh
 
+.PHONY: node-packages
+node-packages: ## Install Debian's runc, nftables and iptables for real nodes (says what is missing if it cannot; fails under CI=true)
+	@hack/ensure-node-packages.sh
+
 .PHONY: test
-test: tools browser ## Run all tests, integration against a real kube-apiserver included
+test: tools browser node-packages ## Run all tests, integration against a real kube-apiserver included
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
 .PHONY: demo
-demo: tools build ## Run the local environment (portside up); Ctrl-C stops it
+demo: tools build node-packages ## Run the local environment (portside up); Ctrl-C stops it
 	$(BIN) up $(DEMO_FLAGS)
 
 .PHONY: bench
