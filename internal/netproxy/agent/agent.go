@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/internal/netproxy"
@@ -38,6 +40,17 @@ type Options struct {
 	// SyncForever keeps connecting after serverCount servers are held, so
 	// a raised server count is noticed.
 	SyncForever bool
+
+	// CountServerLeases (upstream --count-server-leases) counts the valid
+	// server Leases in LeaseNamespace matching LeaseSelector, with
+	// Kubernetes; ServerCountSource (upstream --server-count-source)
+	// combines that count with the servers' serverCount header:
+	// decideServerCount.
+	CountServerLeases bool
+	LeaseNamespace    string
+	LeaseSelector     labels.Selector
+	ServerCountSource string
+	Kubernetes        kubernetes.Interface
 
 	// TLS nil means plaintext.
 	TLS                     *tls.Config
@@ -67,9 +80,12 @@ type Agent struct {
 
 	healthLn, adminLn net.Listener
 
+	leases *leaseCounter // nil without CountServerLeases
+
 	mu          sync.Mutex
 	sessions    map[string]*session
-	serverCount int
+	headerCount int // serverCount header of the last server newly held
+	lastCount   int // the last decided count, to log changes
 	draining    bool
 	changed     chan struct{}
 	liveConns   atomic.Int64
@@ -92,6 +108,9 @@ func (a *Agent) setLastError(err error) {
 
 var errDuplicate = errors.New("already connected to this server")
 
+// DefaultLeaseNamespace is upstream's --lease-namespace default.
+const DefaultLeaseNamespace = "kube-system"
+
 // New validates opts and opens the health and admin listeners.
 func New(opts Options) (*Agent, error) {
 	if opts.ServerAddress == "" {
@@ -112,13 +131,30 @@ func New(opts Options) (*Agent, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 5 * time.Second
 	}
-	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, serverCount: 1,
-		changed: make(chan struct{}, 1)}
+	if err := validateCountSource(opts.ServerCountSource); err != nil {
+		return nil, err
+	}
+	if opts.CountServerLeases {
+		if opts.Kubernetes == nil {
+			return nil, errors.New("--count-server-leases needs a Kubernetes client: give --kubeconfig, or run in a pod (in-cluster config)")
+		}
+		if opts.LeaseNamespace == "" {
+			opts.LeaseNamespace = DefaultLeaseNamespace
+		}
+		if opts.LeaseSelector == nil {
+			opts.LeaseSelector = labels.SelectorFromSet(labels.Set{"k8s-app": "konnectivity-server"})
+		}
+	}
+	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, changed: make(chan struct{}, 1)}
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()
 	}
 	a.m = newMetrics(a.reg)
+	a.m.knownServerCount.Set(1)
 	a.logger = klog.Background().WithName("proxy-agent").WithValues("agentID", opts.AgentID)
+	if opts.CountServerLeases {
+		a.leases = newLeaseCounter(opts.Kubernetes, opts.LeaseNamespace, opts.LeaseSelector, a.m, a.signal)
+	}
 	var err error
 	if opts.HealthAddress != "" {
 		if a.healthLn, err = net.Listen("tcp", opts.HealthAddress); err != nil {
@@ -194,7 +230,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	a.logger.Info("Proxy agent running", "server", a.opts.ServerAddress, "identifiers", a.opts.AgentIdentifiers,
-		"streamsV1", !a.opts.DisableStreams)
+		"streamsV1", !a.opts.DisableStreams, "countServerLeases", a.leases != nil)
+	if a.leases != nil {
+		lctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go a.leases.run(lctx, a.signal)
+	}
 	a.syncLoop(ctx)
 	a.drain()
 	return nil
@@ -264,10 +305,24 @@ func (a *Agent) StreamsV1() (v1, held int) {
 	return v1, len(a.sessions)
 }
 
+// counts is how many servers the agent holds and how many it should:
+// decided again at every look, as upstream's agent does at every sync, so
+// a Lease that expired counts no more.
 func (a *Agent) counts() (held, want int) {
+	in := countInputs{LeasesOn: a.leases != nil, Source: a.opts.ServerCountSource}
+	if a.leases != nil {
+		in.Leases = a.leases.count(time.Now())
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.sessions), a.serverCount
+	in.Header = a.headerCount
+	want, from := decideServerCount(in)
+	if want != a.lastCount {
+		a.lastCount = want
+		a.m.knownServerCount.Set(float64(want))
+		a.logger.V(2).Info("Server count", "serverCount", want, "source", from, "header", in.Header, "leases", in.Leases)
+	}
+	return len(a.sessions), want
 }
 
 func (a *Agent) signal() {
@@ -280,12 +335,12 @@ func (a *Agent) signal() {
 func (a *Agent) addSession(s *session, serverCount int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if serverCount > 0 {
-		a.serverCount = serverCount
-		a.m.knownServerCount.Set(float64(serverCount))
-	}
 	if _, dup := a.sessions[s.serverID]; dup {
 		return errDuplicate
+	}
+	// Only a server newly held updates the header count, as upstream's.
+	if serverCount > 0 {
+		a.headerCount = serverCount
 	}
 	a.sessions[s.serverID] = s
 	a.m.openServerConns.Set(float64(len(a.sessions)))

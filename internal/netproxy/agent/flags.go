@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -8,6 +9,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/portside-io/portside/internal/netproxy"
 	"github.com/portside-io/portside/internal/netproxy/tlsutil"
@@ -32,6 +38,12 @@ type Flags struct {
 	Plaintext                                    bool
 	Streams                                      bool
 	EnableProfiling                              bool
+	CountServerLeases                            bool
+	LeaseNamespace                               string
+	LeaseSelector                                labels.Selector
+	ServerCountSource                            string
+	Kubeconfig                                   string
+	KubeAPIContentType                           string
 
 	ignored netproxy.IgnoredFlags
 }
@@ -39,13 +51,6 @@ type Flags struct {
 // ignoredFlags are upstream flags Portside accepts and does not implement.
 var ignoredFlags = map[string]string{
 	"xfr-channel-size":            "150",
-	"count-server-leases":         "false",
-	"lease-namespace":             "kube-system",
-	"lease-label":                 "k8s-app=konnectivity-server",
-	"lease-label-selector":        "",
-	"server-count-source":         "default",
-	"kubeconfig":                  "",
-	"kube-api-content-type":       "application/vnd.kubernetes.protobuf",
 	"warn-on-channel-limit":       "false",
 	"enable-contention-profiling": "false",
 }
@@ -55,7 +60,9 @@ func NewFlags() *Flags {
 	return &Flags{ServerHost: "127.0.0.1", ServerPort: 8091, AgentID: os.Getenv("PROXY_AGENT_ID"),
 		HealthPort: 8093, AdminPort: 8094, AdminBind: "127.0.0.1",
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, ProbeInterval: time.Second,
-		KeepaliveTime: time.Hour, Streams: true}
+		KeepaliveTime: time.Hour, Streams: true,
+		LeaseNamespace: DefaultLeaseNamespace, LeaseSelector: labels.SelectorFromSet(labels.Set{"k8s-app": "konnectivity-server"}),
+		ServerCountSource: CountSourceDefault, KubeAPIContentType: runtime.ContentTypeProtobuf}
 }
 
 // AddFlags registers the flags on fs.
@@ -82,6 +89,14 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Plaintext, "portside-plaintext", f.Plaintext, "Connect without TLS (tests, or a TLS-terminating sidecar).")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside servers one stream per connection (no head-of-line blocking).")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
+	fs.BoolVar(&f.CountServerLeases, "count-server-leases", f.CountServerLeases, "Count the proxy servers' valid Leases to know how many servers to connect to.")
+	fs.StringVar(&f.LeaseNamespace, "lease-namespace", f.LeaseNamespace, "Namespace of the proxy servers' Leases.")
+	fs.Var(selectorFlag{&f.LeaseSelector}, "lease-label-selector", "Label selector of the proxy servers' Leases to count.")
+	fs.Var(selectorFlag{&f.LeaseSelector}, "lease-label", "Label selector of the proxy servers' Leases to count.")
+	_ = fs.MarkDeprecated("lease-label", "use --lease-label-selector instead")
+	fs.StringVar(&f.ServerCountSource, "server-count-source", f.ServerCountSource, "How the server count from Leases and from the servers' responses combine: 'default' (the Lease count with --count-server-leases, else the servers'), 'max' (the larger).")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for listing Leases; empty uses the in-cluster config.")
+	fs.StringVar(&f.KubeAPIContentType, "kube-api-content-type", f.KubeAPIContentType, "Content type of requests sent to the apiserver.")
 	f.ignored = netproxy.RegisterIgnored(fs, ignoredFlags, "proxy-agent")
 }
 
@@ -93,7 +108,18 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		AgentID: f.AgentID, AgentIdentifiers: f.AgentIdentifiers,
 		SyncInterval: f.SyncInterval, SyncIntervalCap: f.SyncIntervalCap, ProbeInterval: f.ProbeInterval,
 		SyncForever: f.SyncForever, KeepaliveTime: f.KeepaliveTime, ServiceAccountTokenPath: f.ServiceAccountTokenPath,
-		DrainTimeout: f.DrainTimeout, DisableStreams: !f.Streams, EnableProfiling: f.EnableProfiling}
+		DrainTimeout: f.DrainTimeout, DisableStreams: !f.Streams, EnableProfiling: f.EnableProfiling,
+		CountServerLeases: f.CountServerLeases, LeaseNamespace: f.LeaseNamespace, LeaseSelector: f.LeaseSelector,
+		ServerCountSource: f.ServerCountSource}
+	if err := validateCountSource(f.ServerCountSource); err != nil {
+		return Options{}, err
+	}
+	if f.CountServerLeases {
+		var err error
+		if o.Kubernetes, err = kubeClient(f.Kubeconfig, f.KubeAPIContentType); err != nil {
+			return Options{}, err
+		}
+	}
 	if f.HealthPort > 0 {
 		o.HealthAddress = net.JoinHostPort(f.HealthHost, strconv.Itoa(f.HealthPort))
 	}
@@ -107,4 +133,43 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		}
 	}
 	return o, nil
+}
+
+// kubeClient is the agent's client for Leases: from kubeconfig, else the
+// pod's in-cluster config, as upstream's agent.
+func kubeClient(kubeconfig, contentType string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		return nil, fmt.Errorf("--count-server-leases without --kubeconfig needs the in-cluster config: %w", err)
+	}
+	cfg.ContentType = contentType
+	cfg.UserAgent = "portside-proxy-agent"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// selectorFlag is a label selector flag (upstream's --lease-label-selector
+// takes any selector, not only key=value pairs).
+type selectorFlag struct{ s *labels.Selector }
+
+func (f selectorFlag) Type() string { return "string" }
+
+func (f selectorFlag) String() string {
+	if f.s == nil || *f.s == nil {
+		return ""
+	}
+	return (*f.s).String()
+}
+
+func (f selectorFlag) Set(v string) error {
+	sel, err := labels.Parse(v)
+	if err != nil {
+		return fmt.Errorf("want a label selector such as k8s-app=konnectivity-server: %w", err)
+	}
+	*f.s = sel
+	return nil
 }

@@ -21,6 +21,9 @@ type metrics struct {
 	openEndpointConns  prometheus.Gauge
 	streamPackets      *prometheus.CounterVec
 	packets            [8]prometheus.Counter
+	leaseLists         *prometheus.CounterVec
+	leaseWatches       *prometheus.CounterVec
+	leaseListLatency   *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,6 +41,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		openEndpointConns:  prometheus.NewGauge(prometheus.GaugeOpts(o("open_endpoint_connections", "Current number of open endpoint connections."))),
 		streamPackets:      prometheus.NewCounterVec(prometheus.CounterOpts(o("stream_packets_total", "Count of packets processed, by segment and packet type (example: from_client, DIAL_REQ)")), []string{"segment", "packet_type"}),
 	}
+	m.leaseLists = prometheus.NewCounterVec(prometheus.CounterOpts(o("lease_lists_total", "Count of server lease list calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason")), []string{"http_response_code", "reason"})
+	m.leaseWatches = prometheus.NewCounterVec(prometheus.CounterOpts(o("lease_watches_total", "Count of server lease watch calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason")), []string{"http_response_code", "reason"})
+	m.leaseListLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "konnectivity_network_proxy", Subsystem: "agent",
+		Name: "lease_list_latency_seconds", Help: "Latency of server lease listing in seconds",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.5, 2.5, 10, 30}}, []string{"http_response_code"})
+	reg.MustRegister(m.leaseLists, m.leaseWatches, m.leaseListLatency)
 	reg.MustRegister(m.dialDuration, m.serverConnFailures, m.dialFailures, m.openServerConns, m.knownServerCount, m.openEndpointConns, m.streamPackets)
 	for t := range m.packets {
 		name := "UNKNOWN"
