@@ -107,6 +107,15 @@ func serviceAccountKeys(dir string) (pub, priv string, err error) {
 	return pub, priv, nil
 }
 
+// keyPEM is the CA's private key, PEM.
+func (p *pki) keyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(p.caKey)
+	if err != nil {
+		return nil, err
+	}
+	return pemBlock("PRIVATE KEY", der), nil
+}
+
 func writeFiles(files map[string][]byte) error {
 	for path, data := range files {
 		if err := os.WriteFile(path, data, 0o600); err != nil {

@@ -47,6 +47,10 @@ type Options struct {
 	EgressSelections []EgressSelection
 	// StartTimeout bounds the wait for /readyz; default 90s.
 	StartTimeout time.Duration
+	// ExtraServingHosts are more names and addresses in kube-apiserver's
+	// serving certificate: the address real nodes reach it at (the VPC
+	// gateway), which is not one of its own.
+	ExtraServingHosts []string
 }
 
 // ControlPlane is a running etcd + kube-apiserver.
@@ -64,6 +68,7 @@ type ControlPlane struct {
 	caPEM      []byte
 	etcdPKI    *etcdPKI
 	clientCert []byte
+	extraHosts []string
 	clientKey  []byte
 	etcd       *proc.Process
 	apiserver  *proc.Process
@@ -114,7 +119,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	cp := &ControlPlane{dir: opts.Dir}
+	cp := &ControlPlane{dir: opts.Dir, extraHosts: opts.ExtraServingHosts}
 	if err := cp.writePKI(); err != nil {
 		return nil, fmt.Errorf("controlplane: certificates: %w", err)
 	}
@@ -297,7 +302,7 @@ func (cp *ControlPlane) writePKI() error {
 		return err
 	}
 	servingCert, servingKey, err := ca.issue("kube-apiserver", nil,
-		[]string{"127.0.0.1", "::1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		append([]string{"127.0.0.1", "::1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, cp.extraHosts...),
 		x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return err
@@ -313,6 +318,13 @@ func (cp *ControlPlane) writePKI() error {
 		return err
 	}
 	cp.ca, cp.caPEM = ca, ca.caPEM
+	// The CA key is written (0600, as every key here) for
+	// kube-controller-manager's CSR signer: real kubelets get their client
+	// certificates by TLS bootstrap.
+	caKey, err := ca.keyPEM()
+	if err != nil {
+		return err
+	}
 	dir := filepath.Join(cp.dir, "pki")
 	if cp.etcdPKI, err = writeEtcdPKI(dir); err != nil {
 		return err
@@ -322,6 +334,7 @@ func (cp *ControlPlane) writePKI() error {
 	}
 	return writeFiles(map[string][]byte{
 		filepath.Join(dir, "ca.crt"):             ca.caPEM,
+		filepath.Join(dir, "ca.key"):             caKey,
 		filepath.Join(dir, "apiserver.crt"):      servingCert,
 		filepath.Join(dir, "apiserver.key"):      servingKey,
 		filepath.Join(dir, "kubelet-client.crt"): kubeletCert,

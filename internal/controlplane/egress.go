@@ -159,6 +159,10 @@ func (cp *ControlPlane) CAPEM() []byte { return cp.caPEM }
 // CAFile is the path of the control plane's CA certificate.
 func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.dir, "pki", "ca.crt") }
 
+// CAKeyFile is the path of the CA's private key (kube-controller-manager's
+// --cluster-signing-key-file).
+func (cp *ControlPlane) CAKeyFile() string { return filepath.Join(cp.dir, "pki", "ca.key") }
+
 // CAPool is a pool holding the control plane's CA.
 func (cp *ControlPlane) CAPool() *x509.CertPool {
 	pool := x509.NewCertPool()
