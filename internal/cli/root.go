@@ -30,7 +30,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 	root.AddCommand(newVersionCommand(), newUpCommand(), newDownCommand(), newStatusCommand(), newCloudCommand(), newCCMCommand(),
 		newProxyServerCommand(), newProxyAgentCommand(), newCredentialProviderCommand(), newWebhookCommand(), newConformanceCommand())
-	root.AddCommand(newMigrateCommand())
+	root.AddCommand(newMigrateCommand(), newMachineBootCommand())
 	return root
 }
 

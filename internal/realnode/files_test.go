@@ -1,0 +1,109 @@
+package realnode
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func validConfig() *BootConfig {
+	return &BootConfig{
+		NodeName: "node-1", NodeIP: "198.18.0.11", Dir: "/data/machines/node-1", CgroupRoot: "/process_api/x/ps-1",
+		APIServer: "https://198.18.0.1:6443", CAFile: "/data/machines/node-1/ca.crt", BootstrapToken: "abcdef.0123456789abcdef",
+		ServingCertFile: "/d/kubelet.crt", ServingKeyFile: "/d/kubelet.key", KubeProxyKubeconfig: "/d/kp.kubeconfig",
+		ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10", ClusterDomain: "cluster.local", SandboxImage: "registry.k8s.io/pause:3.10.1",
+		Bin: Binaries{Kubelet: "/t/kubelet", KubeProxy: "/t/kube-proxy", Containerd: "/t/containerd", Shim: "/t/containerd-shim-runc-v2",
+			Runc: "/usr/sbin/runc", CNIDir: "/t/cni"},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*BootConfig)
+		want   string
+	}{
+		{"valid", func(*BootConfig) {}, ""},
+		{"no node name", func(c *BootConfig) { c.NodeName = "" }, "nodeName is empty"},
+		{"bad node IP", func(c *BootConfig) { c.NodeIP = "198.18.0" }, `nodeIP "198.18.0"`},
+		{"bad cluster CIDR", func(c *BootConfig) { c.ClusterCIDR = "10.244.0.0" }, `clusterCIDR "10.244.0.0"`},
+		{"bad DNS", func(c *BootConfig) { c.ClusterDNS = "dns" }, `clusterDNS "dns"`},
+		{"relative binary", func(c *BootConfig) { c.Bin.Kubelet = "kubelet" }, `bin.kubelet "kubelet": want an absolute path`},
+		{"unknown proxy mode", func(c *BootConfig) { c.ProxyMode = "ipvs" }, `proxyMode "ipvs": want nftables or iptables`},
+		{"no token", func(c *BootConfig) { c.BootstrapToken = "" }, "bootstrapToken is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mutate(c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHidden(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want []string
+	}{
+		{[]string{"/work/main/_output/up/machines/node-1", "/tmp/x"}, nil},
+		{[]string{"/var/lib/portside", "/var/library", "/run/user/0/x", "/var/run", "/var/log/x"}, []string{"/var/lib/portside", "/run/user/0/x", "/var/run", "/var/log/x"}},
+	} {
+		if got := hidden(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("hidden(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRendered checks the settings each daemon must have on this kind of
+// machine, and that nothing they write is a host path.
+func TestRendered(t *testing.T) {
+	c := validConfig()
+	l := layout{dir: c.Dir}
+	for _, tc := range []struct {
+		what, text string
+		want       []string
+	}{
+		{"containerd", containerdConfig(c, l), []string{
+			`root = "/var/lib/containerd"`, `state = "/run/containerd"`, `path = "/var/lib/containerd/opt"`,
+			"[plugins.'io.containerd.nri.v1.nri']\n    disable = true", "restrict_oom_score_adj = true",
+			"netns_mounts_under_state_dir = true", `BinaryName = "/usr/sbin/runc"`, `bin_dirs = ["/t/cni"]`,
+			`conf_dir = "/data/machines/node-1/etc/cni/net.d"`, `conf_template = "/data/machines/node-1/etc/cni-template.json"`,
+			`sandbox = "registry.k8s.io/pause:3.10.1"`, `config_path = "/data/machines/node-1/etc/containerd/certs.d"`,
+			`stream_server_address = "127.0.0.1"`}},
+		{"kubelet", kubeletConfig(c), []string{"failCgroupV1: false", "cgroupDriver: cgroupfs", `cgroupRoot: "/process_api/x/ps-1"`,
+			"protectKernelDefaults: true", "oomScoreAdj: 0", `address: "198.18.0.11"`, "healthzBindAddress: 127.0.0.1", "readOnlyPort: 0",
+			"webhook: {enabled: true}", "authorization: {mode: Webhook}", `clusterDNS: ["10.96.0.10"]`, `resolvConf: ""`,
+			"volumePluginDir: /var/lib/kubelet/volumeplugins"}},
+		{"kube-proxy", kubeProxyConfig(c), []string{"mode: nftables", "maxPerCore: 0", "tcpEstablishedTimeout: 0s",
+			"tcpCloseWaitTimeout: 0s", "healthzBindAddress: 0.0.0.0:10256", "metricsBindAddress: 127.0.0.1:10249", `clusterCIDR: "10.244.0.0/16"`,
+			"oomScoreAdj: 0"}},
+		{"kubelet flags", strings.Join(kubeletArgs(c, l), " "), []string{"--cloud-provider=external", "--node-ip=198.18.0.11",
+			"--hostname-override=node-1", "--bootstrap-kubeconfig=/data/machines/node-1/etc/bootstrap-kubeconfig"}},
+		{"bootstrap kubeconfig", bootstrapKubeconfig(c), []string{`server: "https://198.18.0.1:6443"`, `token: "abcdef.0123456789abcdef"`}},
+		{"cni", cniTemplate(), []string{`"subnet": "{{.PodCIDR}}"`, `"type": "ptp"`, `"ipMasq": false`}},
+		{"mirror", hostsTOML("registry.k8s.io", "https://198.18.0.1:5000", "/d/ca.crt"), []string{`server = "https://registry.k8s.io"`,
+			`[host."https://198.18.0.1:5000"]`, `capabilities = ["pull", "resolve"]`, `ca = "/d/ca.crt"`}},
+	} {
+		for _, w := range tc.want {
+			if !strings.Contains(tc.text, w) {
+				t.Errorf("%s config lacks %q:\n%s", tc.what, w, tc.text)
+			}
+		}
+	}
+	if got := kubeletArgs(&BootConfig{CredentialProviderConfig: "/c.yaml", Bin: Binaries{CredentialProviderDir: "/b"}}, l); !slices.Contains(got, "--image-credential-provider-config=/c.yaml") || !slices.Contains(got, "--image-credential-provider-bin-dir=/b") {
+		t.Errorf("kubelet flags lack the credential provider: %v", got)
+	}
+	c.ProxyMode = "iptables"
+	if !strings.Contains(kubeProxyConfig(c), "mode: iptables") {
+		t.Error("proxyMode iptables not rendered")
+	}
+}
