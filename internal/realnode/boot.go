@@ -207,4 +207,3 @@ func uniq(xs ...string) []string {
 	}
 	return out
 }
-
