@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -35,8 +38,40 @@ func newProxyAgentCommand() *cobra.Command {
 			if err != nil {
 				return nil, err
 			}
-			return agent.New(o)
+			a, err := agent.New(o)
+			if err != nil {
+				return nil, err
+			}
+			return agentRunner{a}, nil
 		})
+}
+
+// agentRunner runs the agent as upstream's proxy-agent handles signals:
+// the first SIGTERM/SIGINT (which cancels the command's context) drains,
+// the second ends the drain at once.
+type agentRunner struct{ a *agent.Agent }
+
+func (r agentRunner) Run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		// Every signal reaches sigs too, the first included.
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					r.a.ForceStop()
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return r.a.Run(ctx)
 }
 
 type runner interface{ Run(context.Context) error }

@@ -58,7 +58,9 @@ type Options struct {
 	KeepaliveTime           time.Duration
 	DialTimeout             time.Duration
 	// DrainTimeout is how long Run waits, after telling servers it drains,
-	// for proxied connections to end.
+	// for proxied connections to end; 0 waits until they end or ForceStop
+	// (a second signal), as upstream's agent, which stops only on a second
+	// signal or when the kubelet kills it at the pod's grace period.
 	DrainTimeout time.Duration
 
 	// DisableStreams does not offer the streams-v1 extension, so the agent
@@ -88,9 +90,17 @@ type Agent struct {
 	lastCount   int // the last decided count, to log changes
 	draining    bool
 	changed     chan struct{}
-	liveConns   atomic.Int64
-	lastErr     error
+	// liveConns counts connections from their DIAL_REQ until closed, so
+	// a drain does not end between a dial and its answer.
+	liveConns atomic.Int64
+	lastErr   error
+	forceStop chan struct{}
+	forceOnce sync.Once
 }
+
+// ForceStop ends a drain at once (upstream's second signal): connections
+// still open are closed.
+func (a *Agent) ForceStop() { a.forceOnce.Do(func() { close(a.forceStop) }) }
 
 // LastError is the last failure to connect to a server, nil once one
 // succeeds: what an operator needs when the agent never becomes ready.
@@ -145,7 +155,8 @@ func New(opts Options) (*Agent, error) {
 			opts.LeaseSelector = labels.SelectorFromSet(labels.Set{"k8s-app": "konnectivity-server"})
 		}
 	}
-	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, changed: make(chan struct{}, 1)}
+	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, changed: make(chan struct{}, 1),
+		forceStop: make(chan struct{})}
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()
 	}
@@ -357,8 +368,11 @@ func (a *Agent) removeSession(s *session) {
 	a.signal()
 }
 
-// drain tells every server the agent is going away, waits for proxied
-// connections to end (up to DrainTimeout) and closes the sessions.
+// drain tells every server the agent is going away (DRAIN: Portside's
+// servers send it no new dials; upstream's still may, and it serves them),
+// waits for proxied connections to end, up to DrainTimeout if set or until
+// ForceStop, and closes the sessions. Unlike upstream's agent, which waits
+// for a second signal whatever is open, it exits as soon as nothing is.
 func (a *Agent) drain() {
 	a.mu.Lock()
 	a.draining = true
@@ -370,11 +384,29 @@ func (a *Agent) drain() {
 	for _, s := range sessions {
 		s.sendDrain()
 	}
+	if n := a.liveConns.Load(); n > 0 {
+		a.logger.Info("Draining: waiting for open connections to end (a second signal stops at once)",
+			"liveConnections", n, "servers", len(sessions), "drainTimeout", a.opts.DrainTimeout)
+	}
+	var timeout <-chan time.Time
+	if a.opts.DrainTimeout > 0 {
+		t := time.NewTimer(a.opts.DrainTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	// Polling keeps the per-connection path free of drain bookkeeping.
-	for deadline := time.Now().Add(a.opts.DrainTimeout); a.liveConns.Load() > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for a.liveConns.Load() > 0 {
+		select {
+		case <-tick.C:
+		case <-timeout:
 			a.logger.Info("Drain timed out; closing remaining connections", "liveConnections", a.liveConns.Load())
-			break
+			break wait
+		case <-a.forceStop:
+			a.logger.Info("Second signal; closing remaining connections", "liveConnections", a.liveConns.Load())
+			break wait
 		}
 	}
 	for _, s := range sessions {

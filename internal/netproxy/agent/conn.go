@@ -17,6 +17,8 @@ import (
 // dial connects to a destination and answers the server.
 func (s *session) dial(r *client.DialRequest) {
 	logger := s.logger.WithValues("dialID", r.Random, "address", r.Address)
+	s.a.liveConns.Add(1)
+	defer s.a.liveConns.Add(-1)
 	ctx, cancel := context.WithTimeout(s.ctx, s.a.opts.DialTimeout)
 	s.mu.Lock()
 	s.dials[r.Random] = cancel
@@ -36,12 +38,8 @@ func (s *session) dial(r *client.DialRequest) {
 	}
 	s.a.m.dialDuration.Observe(time.Since(start).Seconds())
 	connID := s.nextID.Add(1)
-	s.a.liveConns.Add(1)
 	s.a.m.openEndpointConns.Inc()
-	defer func() {
-		s.a.liveConns.Add(-1)
-		s.a.m.openEndpointConns.Dec()
-	}()
+	defer s.a.m.openEndpointConns.Dec()
 	if s.v1 {
 		s.serveOwnStream(nc, r.Random, connID, logger)
 		return

@@ -85,7 +85,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.SyncForever, "sync-forever", f.SyncForever, "Keep looking for servers after --server-count are held.")
 	fs.DurationVar(&f.KeepaliveTime, "keepalive-time", f.KeepaliveTime, "gRPC keepalive time to the server.")
 	fs.StringVar(&f.ServiceAccountTokenPath, "service-account-token-path", f.ServiceAccountTokenPath, "File holding a ServiceAccount token to authenticate with.")
-	fs.DurationVar(&f.DrainTimeout, "drain-timeout", f.DrainTimeout, "On SIGTERM, how long open connections may continue after the servers were told to drain.")
+	fs.DurationVar(&f.DrainTimeout, "drain-timeout", f.DrainTimeout, "On SIGTERM, how long open connections may continue after the servers were told to drain; 0 waits until they end or a second signal.")
 	fs.BoolVar(&f.Plaintext, "portside-plaintext", f.Plaintext, "Connect without TLS (tests, or a TLS-terminating sidecar).")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside servers one stream per connection (no head-of-line blocking).")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")

@@ -36,8 +36,8 @@ func TestLeaseFlags(t *testing.T) {
 		t.Errorf("selector %q source %q namespace %q", got, o.ServerCountSource, o.LeaseNamespace)
 	}
 	for args, want := range map[string]string{
-		"--lease-label-selector=a=b=c": "lease-label-selector",
-		"--server-count-source=leases": "--server-count-source",
+		"--lease-label-selector=a=b=c":                               "lease-label-selector",
+		"--server-count-source=leases":                               "--server-count-source",
 		"--count-server-leases --kubeconfig=/nonexistent/kubeconfig": "--kubeconfig",
 	} {
 		if _, err := parse(strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), want) {
