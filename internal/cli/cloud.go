@@ -124,6 +124,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:8780", "API address (port 0 picks a free port; see <data-dir>/endpoint)")
 	fl.StringVar(&opts.RegistryListen, "registry-listen", "127.0.0.1:0", `address of the served OCI registry (port 0 picks a free port; see <data-dir>/registry-endpoint); "" serves none`)
+	fl.StringSliceVar(&opts.RegistryPublicPrefixes, "registry-public-prefix", nil, `a public repository of the served registry, pulled without a credential (a name, or a prefix ending in "/"); repeatable`)
 	fl.DurationVar(&opts.CredentialTTL, "credential-ttl", time.Hour, "lifetime of the registry credentials the cloud issues")
 	fl.StringVar(&opts.TokenFile, "token-file", "", "bearer token file (default <data-dir>/token, generated if missing)")
 	fl.StringVar(&opts.ViewerTokenFile, "viewer-token-file", "", "the web console's read-only token file (default <data-dir>/viewer-token, generated if missing)")

@@ -109,3 +109,33 @@ func CheckManifestWrite(put bool, repo, ref string, body []byte) *Refusal {
 	}
 	return nil
 }
+
+// publicRead reports whether a request without credentials may be served:
+// a pull (GET or HEAD) of a manifest or blob of a public repository. The
+// /v2/ ping and the catalog stay authenticated, so an anonymous client
+// learns nothing of the private repositories. Blobs are stored by digest
+// for all repositories at once: an anonymous client holding a private
+// layer's digest could fetch it through a public path, so a digest of a
+// private image must be kept as secret as the image.
+func publicRead(method, path string, prefixes []string) bool {
+	if method != http.MethodGet && method != http.MethodHead {
+		return false
+	}
+	if !strings.HasPrefix(path, "/v2/") {
+		return false
+	}
+	elem := strings.Split(strings.TrimPrefix(path, "/v2/"), "/")
+	if len(elem) < 3 || (elem[len(elem)-2] != "manifests" && elem[len(elem)-2] != "blobs") || elem[len(elem)-1] == "" {
+		return false
+	}
+	repo := strings.Join(elem[:len(elem)-2], "/")
+	if CheckName(repo) != nil {
+		return false
+	}
+	for _, p := range prefixes {
+		if repo == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(repo, p)) {
+			return true
+		}
+	}
+	return false
+}

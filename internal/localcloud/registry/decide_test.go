@@ -75,3 +75,35 @@ func TestCheckManifestWrite(t *testing.T) {
 		})
 	}
 }
+
+func TestPublicRead(t *testing.T) {
+	public := []string{"pause", "e2e-test-images/"}
+	for _, tc := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"GET", "/v2/pause/manifests/3.10.2", true},
+		{"HEAD", "/v2/pause/manifests/3.10.2", true},
+		{"GET", "/v2/pause/blobs/sha256:abc", true},
+		{"GET", "/v2/e2e-test-images/agnhost/manifests/2.66.1", true},
+		{"GET", "/v2/e2e-test-images/manifests/x", false}, // the prefix names repositories below it
+		{"GET", "/v2/pause2/manifests/1", false},
+		{"GET", "/v2/portside/hello/manifests/1.0", false}, // private
+		{"PUT", "/v2/pause/manifests/3.10.2", false},      // pushing needs a credential
+		{"POST", "/v2/pause/blobs/uploads/", false},
+		{"DELETE", "/v2/pause/manifests/3.10.2", false},
+		{"GET", "/v2/", false},            // the ping stays authenticated
+		{"GET", "/v2/_catalog", false},    // and the catalog
+		{"GET", "/v2/pause/tags/list", false},
+		{"GET", "/v2/pause/manifests/", false},
+		{"GET", "/v2/PAUSE/manifests/1", false}, // outside the grammar
+		{"GET", "/v2/../pause/manifests/1", false},
+	} {
+		if got := publicRead(tc.method, tc.path, public); got != tc.want {
+			t.Errorf("publicRead(%s %s) = %v, want %v", tc.method, tc.path, got, tc.want)
+		}
+	}
+	if publicRead("GET", "/v2/pause/manifests/1", nil) {
+		t.Error("no public prefixes: a pull without a credential was allowed")
+	}
+}

@@ -31,6 +31,12 @@ type Options struct {
 	Logger logr.Logger
 	// Now is the clock credentials are checked against; default time.Now.
 	Now func() time.Time
+	// PublicPrefixes name the public repositories: anyone may pull them
+	// without a credential, as from a cloud's public image repositories
+	// (real nodes' containerd mirrors registry.k8s.io here, and pulls the
+	// pod sandbox image with no credential at all). Each is a repository
+	// name or a prefix ending in "/". Pushing always needs a credential.
+	PublicPrefixes []string
 }
 
 // Registry is an OCI distribution registry with durable manifests.
@@ -80,6 +86,10 @@ func (r *Registry) Close() error { return r.journal.close() }
 func (r *Registry) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		user, pass, ok := req.BasicAuth()
+		if !ok && publicRead(req.Method, req.URL.Path, r.opts.PublicPrefixes) {
+			r.inner.ServeHTTP(w, req)
+			return
+		}
 		if !ok {
 			r.refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED",
 				"authentication required: send HTTP Basic credentials issued by the local cloud (POST /v1/credentials)", "no credentials")

@@ -26,6 +26,7 @@ func (s *Server) ServeRegistry(host string) (http.Handler, error) {
 	}
 	reg, err := registry.New(registry.Options{
 		Host: host, Dir: filepath.Join(s.dir, RegistryDir), Secret: s.secret, Logger: s.logger.WithName("registry"),
+		PublicPrefixes: s.opts.RegistryPublicPrefixes,
 	})
 	if err != nil {
 		return nil, err

@@ -52,6 +52,9 @@ type Options struct {
 	// ConsoleKubeconfig, when set, makes the console show the cluster side
 	// (it waits for the file to exist).
 	ConsoleKubeconfig string
+	// RegistryPublicPrefixes are the served registry's public repositories
+	// (registry.Options.PublicPrefixes).
+	RegistryPublicPrefixes []string
 }
 
 // Defaults fills unset options.
