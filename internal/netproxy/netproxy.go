@@ -60,6 +60,13 @@ const (
 	// HeaderDial names the dial (DialRequest.random) a per-connection
 	// stream answers.
 	HeaderDial = "x-portside-dial"
+	// FeatureStreamsAck, offered beside FeatureStreamsV1 by a server: it
+	// answers a per-connection stream whose session it knows with
+	// HeaderSession in its response headers before anything else, and
+	// takes a streams-v1 agent's connections on the control stream too. An
+	// agent whose stream reached a server without the session (an L7 proxy
+	// in between) then fails that dial at once and falls back.
+	FeatureStreamsAck = "streams-v1-ack"
 )
 
 // Transport sizes. The stream window bounds what one stalled connection can
