@@ -1,7 +1,10 @@
-// Package tools locates the pinned control-plane binaries (etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and
-// upstream apiserver-network-proxy's proxy-server and proxy-agent), and the
-// kubelet-credential-harness test helper, that `make tools` builds.
+// Package tools locates the pinned binaries `make tools` builds: the
+// control plane (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kubectl, and upstream apiserver-network-proxy's
+// proxy-server and proxy-agent), the kubelet-credential-harness test
+// helper, and what a real node runs (node.go: kubelet, kube-proxy,
+// containerd, the CNI plugins, pause and agnhost; runc and nft from the
+// host's packages).
 package tools
 
 import (
@@ -40,6 +43,12 @@ type Versions struct {
 	// ANP is sigs.k8s.io/apiserver-network-proxy (proxy-server, proxy-agent);
 	// it shares the directory of Kube's build and is not part of Dir.
 	ANP string
+	// A real node's parts (hack/tools/node), in the same directory:
+	// containerd, the CNI plugins and cri-tools (crictl).
+	Containerd, CNIPlugins, CRITools string
+	// Agnhost and Pause are image tags: agnhost's upstream VERSION and
+	// the pause tag of containerd's default sandbox image.
+	Agnhost, Pause string
 }
 
 // Dir is the directory name under _output/tools for these versions.
@@ -85,6 +94,16 @@ func ReadVersions(root string) (Versions, error) {
 			v.Etcd = val
 		case "ANP_VERSION":
 			v.ANP = val
+		case "CONTAINERD_VERSION":
+			v.Containerd = val
+		case "CNI_PLUGINS_VERSION":
+			v.CNIPlugins = val
+		case "CRI_TOOLS_VERSION":
+			v.CRITools = val
+		case "AGNHOST_VERSION":
+			v.Agnhost = val
+		case "PAUSE_VERSION":
+			v.Pause = val
 		}
 	}
 	if v.Kube == "" || v.Etcd == "" {
@@ -123,7 +142,7 @@ func BinDir() (string, error) {
 func Path(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s not found at %s: run `make tools` in the Portside checkout to build the pinned control-plane binaries (or set %s)", name, p, EnvBinDir)
+		return "", fmt.Errorf("%s not found at %s: run `make tools` in the Portside checkout to build the pinned binaries (or set %s)", name, p, EnvBinDir)
 	}
 	return p, nil
 }
