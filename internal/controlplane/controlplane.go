@@ -51,6 +51,10 @@ type Options struct {
 	// serving certificate: the address real nodes reach it at (the VPC
 	// gateway), which is not one of its own.
 	ExtraServingHosts []string
+	// RealNodes configures kube-apiserver for real kubelets: bootstrap
+	// tokens (TLS bootstrap), the Node authorizer before RBAC and the
+	// NodeRestriction admission plugin, as kubeadm's clusters run.
+	RealNodes bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver.
@@ -222,7 +226,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 		"--service-cluster-ip-range=" + opts.ServiceClusterIPRange,
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authorizationModes(opts.RealNodes),
 		"--allow-privileged=true",
 		"--cert-dir=" + filepath.Join(cp.dir, "apiserver-certs"),
 		// kube-apiserver → kubelet (logs, exec, node proxy): it presents a
@@ -235,6 +239,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, opts Opt
 		// InternalIPs (loopback addresses) are reachable.
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--v=1",
+	}
+	if opts.RealNodes {
+		args = append(args, "--enable-bootstrap-token-auth=true", "--enable-admission-plugins=NodeRestriction")
 	}
 	args = append(args, cp.etcdPKI.apiserverArgs()...)
 	args = append(args, egressArgs...)
@@ -435,4 +442,13 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// authorizationModes: real kubelets are authorized by the Node authorizer
+// (each only for its own Node and pods), the rest by RBAC.
+func authorizationModes(realNodes bool) string {
+	if realNodes {
+		return "Node,RBAC"
+	}
+	return "RBAC"
 }

@@ -89,8 +89,7 @@ func startCluster(t *testing.T) *cluster {
 	nw, r := vpctest.Start(t)
 	cp := testenv.StartControlPlane(t, controlplane.Options{
 		ExtraServingHosts: []string{nw.Gateway().String()},
-		ExtraAPIServerArgs: []string{"--enable-bootstrap-token-auth=true", "--authorization-mode=Node,RBAC",
-			"--enable-admission-plugins=NodeRestriction"},
+		RealNodes:         true,
 	})
 	u, err := url.Parse(cp.URL)
 	if err != nil {
