@@ -171,6 +171,18 @@ func (r *registry) setIdentity(b *backend, id Identity, denied []Denial) bool {
 	return true
 }
 
+// identities are the routing identities of the backends, in connection
+// order.
+func (r *registry) identities() []Identity {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ids := make([]Identity, len(r.list))
+	for i, b := range r.list {
+		ids[i] = b.id
+	}
+	return ids
+}
+
 func (r *registry) session(tok string) *backend {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
 	"github.com/portside-io/portside/internal/netproxy"
@@ -39,6 +40,7 @@ type conn struct {
 	address string
 	fe      frontend
 	be      *backend
+	m       *metrics
 	start   time.Time
 	timer   *time.Timer
 
@@ -54,8 +56,8 @@ type conn struct {
 	doneOnce  sync.Once
 }
 
-func newConn(random int64, address string, fe frontend, be *backend) *conn {
-	return &conn{random: random, address: address, fe: fe, be: be, start: time.Now(),
+func newConn(random int64, address string, fe frontend, be *backend, m *metrics) *conn {
+	return &conn{random: random, address: address, fe: fe, be: be, m: m, start: time.Now(),
 		dialDone: make(chan struct{}), done: make(chan struct{}), abort: make(chan struct{})}
 }
 
@@ -114,10 +116,28 @@ func (c *conn) snapshot() (connState, int64, *dataStream) {
 // is a *client.Packet or a *netproxy.Received (forwarded as received).
 func (c *conn) toAgent(pkt any) error {
 	_, _, ds := c.snapshot()
+	var err error
 	if ds != nil {
-		return ds.send(pkt)
+		err = ds.send(pkt)
+	} else {
+		err = c.be.send(pkt)
 	}
-	return c.be.send(pkt)
+	if err != nil {
+		c.m.streamError(segToAgent, err, packetTypeOf(pkt))
+	}
+	return err
+}
+
+// packetTypeOf names a packet handed to a stream; what is neither a
+// *client.Packet nor a *netproxy.Received is a DATA packet in its buffer.
+func packetTypeOf(pkt any) string {
+	switch p := pkt.(type) {
+	case *client.Packet:
+		return p.Type.String()
+	case *netproxy.Received:
+		return p.Type.String()
+	}
+	return client.PacketType_DATA.String()
 }
 
 // dataStream is the server end of a streams-v1 per-connection stream.

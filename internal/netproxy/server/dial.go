@@ -29,7 +29,7 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 		s.m.dialFailed(failNoAgent)
 		return nil, ErrNoAgent
 	}
-	c := newConn(random, address, fe, b)
+	c := newConn(random, address, fe, b, s.m)
 	if !b.addPending(c) {
 		return nil, errors.New("agent unavailable or duplicate dial id")
 	}
@@ -47,6 +47,7 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 	}
 	s.m.packet(segToAgent, client.PacketType_DIAL_REQ)
 	if err := b.send(netproxy.DialReq(random, protocol, address)); err != nil {
+		s.m.streamError(segToAgent, err, client.PacketType_DIAL_REQ.String())
 		if b.takePendingIf(c) {
 			s.m.dialFailed(failBackendClose)
 			s.resolveFailed(c, "sending the dial to the agent failed: "+err.Error())
@@ -121,6 +122,7 @@ func (s *Server) closeFromFrontend(c *conn) {
 	}
 	s.m.packet(segToAgent, client.PacketType_CLOSE_REQ)
 	if err := c.be.send(netproxy.CloseReq(connectID)); err != nil {
+		s.m.streamError(segToAgent, err, client.PacketType_CLOSE_REQ.String())
 		if c.be.takeConn(connectID) != nil && c.finish() {
 			s.connFinished()
 			c.fe.closed(c, "agent connection lost")

@@ -25,13 +25,30 @@ type grpcFrontend struct {
 	mu     sync.Mutex
 	stream client.ProxyService_ProxyServer
 	m      *metrics
+	// writes is the agent side's hand-off to this frontend
+	// (full_receive_channels{service_method="Connect"}).
+	writes *handoff
 }
 
 func (f *grpcFrontend) send(pkt *client.Packet) error {
 	f.m.packet(segToClient, pkt.Type)
+	start := time.Now()
+	f.writes.begin(start)
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.stream.Send(pkt)
+	err := f.stream.Send(pkt)
+	f.mu.Unlock()
+	f.writes.end()
+	f.wrote(start, err, pkt.Type)
+	return err
+}
+
+// wrote observes a write to the frontend, as upstream: its duration
+// (lock wait included) and, when it failed, the stream error.
+func (f *grpcFrontend) wrote(start time.Time, err error, t client.PacketType) {
+	f.m.frontendWrote(start)
+	if err != nil {
+		f.m.streamError(segToClient, err, t.String())
+	}
 }
 
 // sendSoon is send for best-effort answers (CLOSE_RSP, a failed DIAL_RSP):
@@ -47,7 +64,8 @@ func (f *grpcFrontend) sendSoon(pkt *client.Packet) {
 	}
 	defer f.mu.Unlock()
 	f.m.packet(segToClient, pkt.Type)
-	_ = f.stream.Send(pkt)
+	start := time.Now()
+	f.wrote(start, f.stream.Send(pkt), pkt.Type)
 }
 
 func (f *grpcFrontend) kind() string { return "grpc" }
@@ -61,10 +79,15 @@ func (f *grpcFrontend) dialFailed(c *conn, msg string) {
 }
 
 func (f *grpcFrontend) data(msg *netproxy.Received) error {
+	start := time.Now()
+	f.writes.begin(start)
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	// The connectID is the agent's on both sides: forwarded as received.
-	return f.stream.SendMsg(msg)
+	err := f.stream.SendMsg(msg)
+	f.mu.Unlock()
+	f.writes.end()
+	f.wrote(start, err, client.PacketType_DATA)
+	return err
 }
 func (f *grpcFrontend) closed(c *conn, msg string) {
 	f.sendSoon(netproxy.CloseRsp(c.connectID, msg))
@@ -76,7 +99,11 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 	s := p.s
 	s.m.proxyConns.Inc()
 	defer s.m.proxyConns.Dec()
-	fe := &grpcFrontend{stream: stream, m: s.m}
+	writes, unwatchWrites := s.m.fullRecv.watch(methodConnect)
+	defer unwatchWrites()
+	reads, unwatchReads := s.m.fullRecv.watch(methodProxy)
+	defer unwatchReads()
+	fe := &grpcFrontend{stream: stream, m: s.m, writes: writes}
 	logger := s.logger
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if ua := md.Get("user-agent"); len(ua) > 0 {
@@ -91,6 +118,7 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 		err := netproxy.RecvPacket(stream, &rp)
 		pkt := rp.Packet
 		if err != nil {
+			s.m.streamError(segFromClient, err, "")
 			if c != nil {
 				s.frontendGone(c)
 			}
@@ -129,7 +157,10 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 			}
 			s.m.packet(segToAgent, pkt.Type)
 			// Same connectID on both sides: forwarded as received.
-			if err := c.toAgent(&rp); err != nil {
+			reads.begin(time.Now())
+			err := c.toAgent(&rp)
+			reads.end()
+			if err != nil {
 				if c.finish() {
 					s.connFinished()
 					c.fe.closed(c, "agent connection lost")

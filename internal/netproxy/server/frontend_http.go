@@ -19,24 +19,32 @@ import (
 type httpFrontend struct {
 	conn      net.Conn
 	closeOnce sync.Once
+	m         *metrics
+	writes    *handoff // the agent side's hand-off to this client
 }
 
 func (f *httpFrontend) close()       { f.closeOnce.Do(func() { _ = f.conn.Close() }) }
 func (f *httpFrontend) kind() string { return "http-connect" }
 
 func (f *httpFrontend) dialed(*conn) error {
+	defer f.m.frontendWrote(time.Now())
 	_, err := f.conn.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n"))
 	return err
 }
 
 func (f *httpFrontend) dialFailed(_ *conn, msg string) {
+	defer f.m.frontendWrote(time.Now())
 	code := dialErrorStatus(msg)
 	_, _ = fmt.Fprintf(f.conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n%s\r\n", code, http.StatusText(code), msg)
 	f.close()
 }
 
 func (f *httpFrontend) data(msg *netproxy.Received) error {
+	start := time.Now()
+	f.writes.begin(start)
 	_, err := f.conn.Write(msg.GetData().GetData())
+	f.writes.end()
+	f.m.frontendWrote(start)
 	return err
 }
 
@@ -68,7 +76,9 @@ func (h httpConnect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = nc.SetDeadline(time.Time{})
 	s.trackHTTP(nc, true)
 	defer s.trackHTTP(nc, false)
-	fe := &httpFrontend{conn: nc}
+	writes, unwatch := s.m.fullRecv.watch(methodConnect)
+	defer unwatch()
+	fe := &httpFrontend{conn: nc, m: s.m, writes: writes}
 	defer fe.close()
 	c, err := s.dial(fe, rand.Int64(), "tcp", r.Host)
 	if err != nil {

@@ -3,8 +3,6 @@ package server
 import (
 	"net/http"
 	"net/http/pprof"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func (s *Server) healthMux() *http.ServeMux {
@@ -20,13 +18,13 @@ func (s *Server) healthMux() *http.ServeMux {
 			_, _ = w.Write([]byte("ok"))
 		}
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", s.metricsHandler)
 	return mux
 }
 
 func (s *Server) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", s.metricsHandler)
 	if s.opts.EnableProfiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -38,10 +36,19 @@ func (s *Server) adminMux() *http.ServeMux {
 // backendsChanged updates the gauges after an agent comes or goes.
 func (s *Server) backendsChanged(n int, streamsV1 bool, delta float64) {
 	s.m.readyBackendConns.Set(float64(n))
-	for _, st := range s.opts.Strategies {
-		s.m.readyBackends.WithLabelValues(string(st)).Set(float64(n))
-	}
+	s.readyBackendsChanged()
 	if streamsV1 {
 		s.m.streamsV1Backends.Add(delta)
+	}
+}
+
+// readyBackendsChanged sets ready_backends after agents or their
+// identities changed; serialised, so a stale count never overwrites a
+// newer one.
+func (s *Server) readyBackendsChanged() {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	for st, n := range ReadyBackends(s.opts.Strategies, s.backends.identities()) {
+		s.m.readyBackends.WithLabelValues(string(st)).Set(float64(n))
 	}
 }

@@ -148,6 +148,7 @@ func (s *Server) redecide(b *backend) {
 	logger := s.logger.WithValues("agentID", b.id.AgentID)
 	id, denied := s.decideIdentity(logger, b.id.AgentID, b.principal, b.claims)
 	if s.backends.setIdentity(b, id, denied) {
+		s.readyBackendsChanged()
 		s.reportDenials(logger, b.id.AgentID, b.principal, denied)
 		logger.V(2).Info("Agent identity updated from its Node", "hosts", id.Hosts, "cidrs", id.CIDRs, "defaultRoute", id.DefaultRoute)
 	}

@@ -77,6 +77,9 @@ type LeasePublisher struct {
 	lister atomic.Pointer[coordinationv1listers.LeaseNamespaceLister]
 	// count is the last count, while the lister is not synced.
 	count atomic.Int32
+	// m counts the collector's calls (upstream's lease_* metrics); set by
+	// New, nil before.
+	m *metrics
 }
 
 // NewLeasePublisher publishes in namespace with labelSpec (upstream's
@@ -169,7 +172,11 @@ func (p *LeasePublisher) renew(ctx context.Context) error {
 // collect deletes expired server Leases (a server that died without
 // deleting its own) and counts the valid ones.
 func (p *LeasePublisher) collect(ctx context.Context) error {
+	start := time.Now()
 	list, err := p.client.CoordinationV1().Leases(p.namespace).List(ctx, metav1.ListOptions{LabelSelector: p.selector.String()})
+	if p.m != nil {
+		p.m.leaseCall(p.m.leaseLists, p.m.leaseListTime, err, time.Since(start))
+	}
 	if err != nil {
 		return err
 	}
@@ -181,7 +188,14 @@ func (p *LeasePublisher) collect(ctx context.Context) error {
 		}
 		// Only if it is still the expired version: a server that renewed
 		// it meanwhile keeps it.
+		start := time.Now()
 		err := p.client.CoordinationV1().Leases(p.namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+		if p.m != nil {
+			p.m.leaseCall(p.m.leaseDeletes, p.m.leaseDeleteTime, err, time.Since(start))
+			if err == nil {
+				p.m.culledLeases.Inc()
+			}
+		}
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return err
 		}

@@ -162,6 +162,41 @@ func Eligible(strategies []Strategy, address string, agents []Identity) ([]int, 
 	return nil, ""
 }
 
+// ReadyBackends is ready_backends{proxy_strategy} as upstream counts it,
+// the size of each strategy's agent table: distinct agent IDs for default,
+// and for defaultRoute those with default-route=true; distinct host/ipv4/
+// ipv6 identifiers for destHost (upstream keys that table by identifier,
+// so one node's agent counts once per name and address it claims).
+// portsideDestCIDR counts the distinct agent IDs with a cidr=. Draining
+// agents count: they still serve.
+func ReadyBackends(strategies []Strategy, agents []Identity) map[Strategy]int {
+	out := make(map[Strategy]int, len(strategies))
+	for _, s := range strategies {
+		keys := map[string]bool{}
+		for i := range agents {
+			a := &agents[i]
+			switch s {
+			case StrategyDefault:
+				keys[a.AgentID] = true
+			case StrategyDefaultRoute:
+				if a.DefaultRoute {
+					keys[a.AgentID] = true
+				}
+			case StrategyDestCIDR:
+				if len(a.CIDRs) > 0 {
+					keys[a.AgentID] = true
+				}
+			case StrategyDestHost:
+				for _, h := range a.Hosts {
+					keys[h] = true
+				}
+			}
+		}
+		out[s] = len(keys)
+	}
+	return out
+}
+
 // Choose picks the agent for a dial among those Eligible returns (agents
 // in the order they connected): under destHost the first, as upstream's
 // destHost gives a host to the agent that registered it first (so servers

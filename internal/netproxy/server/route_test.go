@@ -170,3 +170,22 @@ func TestMalformedCIDRIgnored(t *testing.T) {
 		t.Fatalf("cidrs %v bad %v", id.CIDRs, bad)
 	}
 }
+
+func TestReadyBackends(t *testing.T) {
+	agents := routeAgents(t, []string{"host=node-a&ipv4=10.0.0.1", "host=node-a&ipv6=fd00::1&default-route=true", "cidr=10.0.0.0/8", ""})
+	agents[3].AgentID = agents[0].AgentID // the same agent twice: one key
+	agents[3].Draining = true
+	got := ReadyBackends([]Strategy{StrategyDestHost, StrategyDefaultRoute, StrategyDefault, StrategyDestCIDR}, agents)
+	want := map[Strategy]int{
+		StrategyDestHost:     3, // node-a, 10.0.0.1, fd00::1
+		StrategyDefaultRoute: 1,
+		StrategyDefault:      3, // a, b, c
+		StrategyDestCIDR:     1,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadyBackends = %v; want %v", got, want)
+	}
+	if got := ReadyBackends([]Strategy{StrategyDestHost, StrategyDefault}, nil); !reflect.DeepEqual(got, map[Strategy]int{StrategyDestHost: 0, StrategyDefault: 0}) {
+		t.Errorf("ReadyBackends without agents = %v; want 0 per strategy", got)
+	}
+}

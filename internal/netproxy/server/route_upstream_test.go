@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -80,8 +81,9 @@ func (s *upFrontendStream) Recv() (*client.Packet, error) {
 }
 
 // upstreamRoute returns the agents upstream's server sent the dial to
-// (at most one) and the error its DIAL_RSP gave otherwise.
-func upstreamRoute(t *testing.T, strategies string, agents []string, address string) ([]int, string) {
+// (at most one), the error its DIAL_RSP gave otherwise, and each
+// strategy's count of backends (its ready_backends).
+func upstreamRoute(t *testing.T, strategies string, agents []string, address string) ([]int, string, map[Strategy]int) {
 	t.Helper()
 	ps, err := proxystrategies.ParseProxyStrategies(strategies)
 	if err != nil {
@@ -106,6 +108,10 @@ func upstreamRoute(t *testing.T, strategies string, agents []string, address str
 		// In order: upstream's destHost prefers the first registered.
 		<-s.registered
 	}
+	ready := map[Strategy]int{}
+	for i, bm := range srv.BackendManagers {
+		ready[Strategy(ps[i].String())] = bm.NumBackends()
+	}
 	fe := &upFrontendStream{pkts: []*client.Packet{{Type: client.PacketType_DIAL_REQ,
 		Payload: &client.Packet_DialRequest{DialRequest: &client.DialRequest{Protocol: "tcp", Address: address, Random: 1}}}}}
 	_ = srv.Proxy(fe) // returns once the DIAL_REQ is handled and the stream ended
@@ -121,7 +127,7 @@ func upstreamRoute(t *testing.T, strategies string, agents []string, address str
 			rspErr = p.GetDialResponse().Error
 		}
 	}
-	return got, rspErr
+	return got, rspErr, ready
 }
 
 func TestRoutingMatchesUpstream(t *testing.T) {
@@ -141,7 +147,10 @@ func TestRoutingMatchesUpstream(t *testing.T) {
 			// every one of ours must be drawn by upstream now and then.
 			drawn := map[int]bool{}
 			for range 1 + 20*len(eligible) {
-				up, rspErr := upstreamRoute(t, tc.strategies, tc.agents, tc.address)
+				up, rspErr, ready := upstreamRoute(t, tc.strategies, tc.agents, tc.address)
+				if mine := ReadyBackends(strategies, agents); !reflect.DeepEqual(mine, ready) {
+					t.Fatalf("ready_backends %v; upstream %v", mine, ready)
+				}
 				switch {
 				case len(up) == 0 && eligible != nil:
 					t.Fatalf("upstream found no agent (%q); Portside chose %d of %v by %s", rspErr, mine, eligible, s)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/kubernetes"
@@ -102,6 +104,9 @@ type Server struct {
 	logger logr.Logger
 	m      *metrics
 	reg    *prometheus.Registry
+	// metricsHandler serves /metrics on the health and admin ports.
+	metricsHandler http.Handler
+	readyMu        sync.Mutex // readyBackendsChanged
 
 	backends  registry
 	admission admission
@@ -150,9 +155,22 @@ func New(opts Options) (_ *Server, err error) {
 	s := &Server{opts: opts, reg: opts.Registry, closeWait: defaultCloseWait, httpConn: map[net.Conn]struct{}{},
 		backends: registry{bySession: map[string]*backend{}}}
 	if s.reg == nil {
+		// A process's own registry: with the Go and process collectors,
+		// as upstream's proxy-server serves (Prometheus's default registry).
 		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s.m = newMetrics(s.reg)
+	// promhttp_metric_handler_* as upstream's promhttp.Handler() has them.
+	gather := promhttp.InstrumentMetricHandler(s.reg, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.metricsHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.m.fullRecv.refresh()
+		gather.ServeHTTP(w, r)
+	})
+	if opts.Leases != nil {
+		opts.Leases.m = s.m
+	}
+	s.readyBackendsChanged() // 0 per strategy until an agent connects
 	if opts.TokenAuth != nil {
 		opts.TokenAuth.m.Store(s.m)
 	}
