@@ -108,6 +108,7 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	for {
 		err := netproxy.RecvPacket(stream, &rp)
 		if err != nil {
+			s.m.streamError(segFromAgent, err, "")
 			if err != io.EOF && status.Code(err) != codes.Canceled {
 				logger.V(2).Info("Agent stream ended", "err", err)
 			}
@@ -203,6 +204,7 @@ func (s *Server) handleAgentPacket(b *backend, rp *netproxy.Received) {
 func (s *Server) sendAgent(b *backend, pkt *client.Packet) {
 	s.m.packet(segToAgent, pkt.Type)
 	if err := b.send(pkt); err != nil {
+		s.m.streamError(segToAgent, err, pkt.Type.String())
 		s.logger.V(4).Info("Send to agent failed", "agentID", b.id.AgentID, "type", pkt.Type, "err", err)
 	}
 }
@@ -267,6 +269,7 @@ func (s *Server) pumpFromAgent(c *conn, stream agentpb.AgentService_ConnectServe
 		err := netproxy.RecvPacket(stream, &rp)
 		pkt := rp.Packet
 		if err != nil {
+			s.m.streamError(segFromAgent, err, "")
 			if c.finish() {
 				s.connFinished()
 				c.fe.closed(c, "agent connection lost")
