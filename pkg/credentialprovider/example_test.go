@@ -51,3 +51,47 @@ func ExampleResponderFunc() {
 	}))
 	// }
 }
+
+// What the kubelet gets from a Responder, for three images: several auth
+// entries for the provider's registries (cached for the Result's
+// CacheDuration, never past the earliest ExpiresAt), success with no
+// credentials for an image it does not serve, and an answer the kubelet
+// must not cache.
+func ExampleResult() {
+	rc := credentialprovider.ResponderFunc(func(ctx context.Context, req cloud.RegistryCredentialRequest) (*credentialprovider.Result, error) {
+		host := strings.SplitN(req.Image, "/", 2)[0]
+		switch {
+		case host == "scratch.acme.example":
+			// A build cache whose tokens are single-use: ask every time.
+			return &credentialprovider.Result{
+				Credentials:   []cloud.RegistryCredential{{Registry: host, Username: "oauth2", Password: "one-use-token"}},
+				CacheDuration: credentialprovider.CacheFor(0),
+			}, nil
+		case strings.HasSuffix(host, ".acme.example"):
+			expires := time.Now().Add(time.Hour)
+			return &credentialprovider.Result{
+				Credentials: []cloud.RegistryCredential{
+					{Registry: "*.acme.example", Username: "oauth2", Password: "short-lived-token", ExpiresAt: expires},
+					{Registry: "acme.example", Username: "oauth2", Password: "short-lived-token", ExpiresAt: expires},
+				},
+				CacheDuration: credentialprovider.CacheFor(10 * time.Minute),
+			}, nil
+		default:
+			// Not ours: pull without credentials, and let the kubelet cache that.
+			return &credentialprovider.Result{}, nil
+		}
+	})
+	for _, image := range []string{"eu.acme.example/team/app:v1", "docker.io/library/busybox", "scratch.acme.example/ci/cache"} {
+		req, err := credentialprovider.DecodeRequest([]byte(`{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"` + image + `"}`))
+		if err != nil {
+			panic(err)
+		}
+		if err := credentialprovider.Answer(context.Background(), rc, req, os.Stdout); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// {"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","cacheDuration":"10m0s","auth":{"*.acme.example":{"username":"oauth2","password":"short-lived-token"},"acme.example":{"username":"oauth2","password":"short-lived-token"}}}
+	// {"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry"}
+	// {"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","cacheDuration":"0s","auth":{"scratch.acme.example":{"username":"oauth2","password":"one-use-token"}}}
+}
