@@ -606,6 +606,11 @@ func TestLeaderMigrationPlan(t *testing.T) {
 	if !strings.Contains(text(steps[0]), "--leader-elect=true") {
 		t.Errorf("prerequisites lack leader election:\n%s", text(steps[0]))
 	}
+	// Version N is one with the in-tree controllers, and a newer KCM given
+	// leader migration is called out (test/e2e shows v1.37 exiting).
+	if !strings.Contains(text(steps[0]), "v1.30 or older") || !strings.Contains(text(steps[0]), "is already registered") || !strings.Contains(text(steps[0]), "kcm-external-leader-migration") {
+		t.Errorf("prerequisites do not say which kube-controller-manager is version N:\n%s", text(steps[0]))
+	}
 	for _, role := range []string{"system::leader-locking-kube-controller-manager", "system::leader-locking-cloud-controller-manager"} {
 		if !strings.Contains(text(steps[1]), "role '"+role+"' --type=json") || !strings.Contains(text(steps[1]), `"resourceNames":["cloud-provider-extraction-migration"],"verbs":["create","list","get","update"]`) {
 			t.Errorf("grant step lacks %s's patch:\n%s", role, text(steps[1]))

@@ -48,6 +48,7 @@ func LeaderMigrationPlan() []PlanStep {
 			Title: "Before you begin",
 			Actions: []string{
 				"Every kube-controller-manager of version N runs with leader election, --leader-elect=true (its default), and still with its in-tree --cloud-provider; no cloud-controller-manager is deployed yet.",
+				"Version N is a kube-controller-manager that still runs route, service and cloud-node-lifecycle with its in-tree provider: v1.30 or older (v1.31 removed the in-tree providers). A newer one is version N+1 for this procedure whatever its version: it runs none of the three, and given leader migration it holds the migration lease for nothing (v1.37 exits right after taking it, with `informer name \"kube-controller-manager\" is already registered`, an upstream bug, and leaves the lease to expire); the finding kcm-external-leader-migration reports such a kube-controller-manager.",
 				"The CCM is built with leader migration (Portside's is). For a single control-plane node, or if controller managers may be down during the upgrade, leader migration is not needed and this procedure can be skipped.",
 			},
 		},
