@@ -132,8 +132,10 @@ run_step "containerd, containerd-shim-runc-v2, ctr ${CONTAINERD_VERSION}; CNI pl
 mkdir -p "$tmp/cni"
 for b in "${cni_plugins[@]}"; do mv "$tmp/node/$b" "$tmp/cni/$b"; done
 mv "$tmp/node/"* "$tmp/"
+# -buildvcs=false: inside the checkout Go would stamp the commit into it,
+# and the pause image's digest would change with every commit.
 run_step "pause (cmd/portside-pause, static)" "seconds" \
-  bash -c "cd '$root' && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o '$tmp/pause' ./cmd/portside-pause"
+  bash -c "cd '$root' && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags '-s -w' -o '$tmp/pause' ./cmd/portside-pause"
 
 got=$("$tmp/kube-apiserver" --version)
 [ "$got" = "Kubernetes ${KUBE_VERSION}" ] || { echo "tools: kube-apiserver --version says '$got', want 'Kubernetes ${KUBE_VERSION}'" >&2; exit 1; }

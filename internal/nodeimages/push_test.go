@@ -2,7 +2,9 @@ package nodeimages
 
 import (
 	"context"
+	"debug/buildinfo"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +107,22 @@ func TestWriteArchiveReal(t *testing.T) {
 	images := realImages(t)
 	if err := WriteArchive(filepath.Join(t.TempDir(), "images.tar"), images); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPauseBinaryHasNoVCSStamp: make tools builds pause without the git
+// revision Go stamps by default inside a checkout, so its image digest
+// follows the source, not every commit of the checkout.
+func TestPauseBinaryHasNoVCSStamp(t *testing.T) {
+	realImages(t)
+	dir, _ := tools.BinDir()
+	info, err := buildinfo.ReadFile(filepath.Join(dir, tools.Pause))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range info.Settings {
+		if strings.HasPrefix(s.Key, "vcs") {
+			t.Errorf("pause carries build setting %s=%s: build it with -buildvcs=false", s.Key, s.Value)
+		}
 	}
 }
