@@ -16,11 +16,8 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 	if s.stopping.Load() {
 		return nil, errors.New("proxy server is shutting down")
 	}
-	switch protocol {
-	case "tcp", "tcp4", "tcp6":
-	default:
-		return nil, fmt.Errorf("protocol %q not supported", protocol)
-	}
+	// The protocol (tcp, udp, …) goes to the agent as sent, as upstream's
+	// server forwards the DIAL_REQ: the agent dials it, or answers why not.
 	if address == "" {
 		return nil, errors.New("empty dial address")
 	}
