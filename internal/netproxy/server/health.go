@@ -8,7 +8,7 @@ import (
 func (s *Server) healthMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	ready := func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case s.stopping.Load():
 			http.Error(w, "Proxy server is shutting down", http.StatusServiceUnavailable)
@@ -17,7 +17,11 @@ func (s *Server) healthMux() *http.ServeMux {
 		default:
 			_, _ = w.Write([]byte("ok"))
 		}
-	})
+	}
+	mux.HandleFunc("/readyz", ready)
+	// Deprecated, as upstream keeps it: probes written for its older
+	// releases ask /ready.
+	mux.HandleFunc("/ready", ready)
 	mux.Handle("/metrics", s.metricsHandler)
 	return mux
 }
