@@ -21,6 +21,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/machine"
 	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/internal/proc"
 	"github.com/portside-io/portside/internal/realnode"
 	"github.com/portside-io/portside/internal/testbin"
@@ -110,8 +111,9 @@ func startCluster(t *testing.T) *cluster {
 		bins: bins, portside: testbin.Portside(t), dir: t.TempDir()}
 }
 
-// startKCM runs kube-controller-manager with only the CSR controllers:
-// the signer (cluster CA) and the approver of kubelet client certificates.
+// startKCM runs kube-controller-manager with its default controllers, the
+// CSR signer (cluster CA) and the approver of kubelet client certificates
+// among them, as `up` runs it.
 func startKCM(t *testing.T, cp *controlplane.ControlPlane) {
 	dir, err := tools.BinDir()
 	if err != nil {
@@ -124,8 +126,9 @@ func startKCM(t *testing.T, cp *controlplane.ControlPlane) {
 	log := filepath.Join(t.TempDir(), "kcm.log")
 	p, err := proc.Start("kube-controller-manager", bin, []string{
 		"--kubeconfig=" + cp.KubeconfigPath, "--secure-port=0", "--leader-elect=false",
-		"--controllers=csrapproving,csrsigning,csrcleaner", "--cluster-signing-cert-file=" + cp.CAFile(),
+		"--controllers=*", "--cluster-signing-cert-file=" + cp.CAFile(),
 		"--cluster-signing-key-file=" + cp.CAKeyFile(), "--cloud-provider=external",
+		"--service-account-private-key-file=" + filepath.Join(cp.Dir(), "pki", "sa.key"), "--root-ca-file=" + cp.CAFile(), "--use-service-account-credentials=true",
 	}, nil, log)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +202,7 @@ func (c *cluster) bootNode(t *testing.T, i int) *node {
 		Bin: c.bins, APIServer: c.apiURL, CAFile: filepath.Join(dir, "ca.crt"), BootstrapToken: c.token,
 		ServingCertFile: filepath.Join(dir, "kubelet.crt"), ServingKeyFile: filepath.Join(dir, "kubelet.key"),
 		KubeProxyKubeconfig: kpConfig, ClusterCIDR: c.ranges.Pods.String(), ClusterDomain: "cluster.local",
-		SandboxImage: "registry.k8s.io/pause:3.10.1", Verbosity: 2,
+		SandboxImage: nodeimages.PauseImage, Verbosity: 2,
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
