@@ -110,7 +110,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 func (s *Server) authenticate(routes *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
-		g, ok := lookupToken(got, s.opts.Token, s.scoped)
+		t := s.tokens.Load() // one set per request, even during a rotation
+		g, ok := lookupToken(got, t.admin, t.scoped)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="portside-local-cloud"`)
 			msg := "missing bearer token: send Authorization: Bearer <token> (the cloud's --token-file)"

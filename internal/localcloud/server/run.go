@@ -11,7 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -92,6 +94,13 @@ func Run(ctx context.Context, opts RunOptions) error {
 		return err
 	}
 	defer srv.Close()
+	// SIGHUP re-reads the token files: a rotation without a restart. Asked
+	// for before the endpoint file exists, so a client that finds the cloud
+	// may signal it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnSignal(ctx, srv, opts, hup)
 
 	// The registry first: once the endpoint file exists, clients may ask
 	// for the served registry.
@@ -195,6 +204,28 @@ func apiServer(ctx context.Context, h http.Handler) *http.Server {
 		WriteTimeout:      apiWriteTimeout,
 		IdleTimeout:       apiIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+}
+
+// reloadOnSignal rotates srv's tokens to its token files' contents at
+// each signal on hup, until ctx is done. A failed reload is logged, naming
+// the file and the fix, and the tokens in force stay.
+func reloadOnSignal(ctx context.Context, srv *Server, opts RunOptions, hup <-chan os.Signal) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		changed, err := srv.ReloadTokens(opts.TokenFile, opts.ViewerTokenFile, opts.ScopedTokenFile, filepath.Join(opts.DataDir, ScopedTokenFile))
+		if err != nil {
+			logger.Error(err, "Tokens not reloaded (SIGHUP): the tokens in force stay; fix the file and send SIGHUP again")
+			continue
+		}
+		if len(changed) == 0 {
+			logger.Info("Tokens reloaded (SIGHUP): no token changed")
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -91,7 +92,10 @@ type Server struct {
 	secret []byte // signs registry credentials
 	dir    string // the state file's directory
 	logger klog.Logger
-	scoped []scopedToken // compiled Options.ScopedTokens
+	// tokens are the admin, viewer and scoped tokens in force (Options'
+	// at start, SetTokens' after a rotation); tokensMu orders rotations.
+	tokens   atomic.Pointer[tokenSet]
+	tokensMu sync.Mutex
 
 	registry     *registry.Registry // the served registry, once ServeRegistry is called
 	registryHost string
@@ -111,19 +115,17 @@ type Server struct {
 // data plane, and returns the server. Close releases both.
 func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	opts.Defaults()
-	if opts.Token == "" {
-		return nil, fmt.Errorf("a bearer token is required (--token or --token-file)")
-	}
-	scoped, err := compileScoped(opts.ScopedTokens, opts.Token, opts.ViewerToken)
+	tokens, err := compileTokens(opts.Token, opts.ViewerToken, opts.ScopedTokens)
 	if err != nil {
-		return nil, fmt.Errorf("scoped tokens: %w", err)
+		return nil, err
 	}
 	st, err := store.Open(statePath)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
-		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx), scoped: scoped}
+		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx)}
+	s.tokens.Store(tokens)
 	if err := s.loadSecret(); err != nil {
 		_ = st.Close()
 		return nil, err
