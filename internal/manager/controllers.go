@@ -40,6 +40,11 @@ type Controller struct {
 	// controller writes with under --use-service-account-credentials:
 	// upstream's names, so the apiserver's bootstrap roles apply.
 	ClientName string
+	// DisabledByDefault keeps the controller out of '*': it runs only when
+	// --controllers names it, as kube-controller-manager's
+	// ControllersDisabledByDefault (e.g. bootstrapsigner). For controllers
+	// upstream's CCM does not have, so that '*' starts what upstream's does.
+	DisabledByDefault bool
 	// Start starts the controller in the background until ctx is done. It
 	// returns skip (with the reason) when the provider lacks what the
 	// controller needs.
@@ -51,7 +56,8 @@ func (c Controller) matches(name string) bool {
 }
 
 // EnabledControllers applies --controllers to the known controllers: '*'
-// enables all, 'name' (or an alias) enables one, '-name' disables one.
+// enables all but those DisabledByDefault, 'name' (or an alias) enables
+// one, '-name' disables one (a disable wins).
 func EnabledControllers(flags []string, known []Controller) ([]Controller, error) {
 	find := func(name string) (Controller, bool) {
 		for _, c := range known {
@@ -84,7 +90,7 @@ func EnabledControllers(flags []string, known []Controller) ([]Controller, error
 	}
 	var out []Controller
 	for _, c := range known {
-		if !disabled[c.Name] && (star || enabled[c.Name]) {
+		if !disabled[c.Name] && (enabled[c.Name] || (star && !c.DisabledByDefault)) {
 			out = append(out, c)
 		}
 	}
@@ -94,7 +100,11 @@ func EnabledControllers(flags []string, known []Controller) ([]Controller, error
 func unknownController(name string, known []Controller) error {
 	var names []string
 	for _, c := range known {
-		names = append(names, c.Name)
+		n := c.Name
+		if c.DisabledByDefault {
+			n += " (disabled by default)"
+		}
+		names = append(names, n)
 		names = append(names, c.Aliases...)
 	}
 	sort.Strings(names)

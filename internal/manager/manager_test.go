@@ -10,6 +10,7 @@ import (
 var known = []Controller{
 	{Name: "cloud-node-controller", Aliases: []string{"cloud-node"}},
 	{Name: "cloud-node-lifecycle-controller", Aliases: []string{"cloud-node-lifecycle"}},
+	{Name: "opt-in-controller", Aliases: []string{"opt-in"}, DisabledByDefault: true},
 }
 
 func names(cs []Controller) string {
@@ -31,6 +32,10 @@ func TestEnabledControllers(t *testing.T) {
 		{[]string{"cloud-node-lifecycle-controller"}, "cloud-node-lifecycle-controller"},
 		{[]string{"-cloud-node", "cloud-node"}, ""},
 		{[]string{}, ""},
+		// A controller upstream's CCM lacks runs only when named.
+		{[]string{"*", "opt-in"}, "cloud-node-controller,cloud-node-lifecycle-controller,opt-in-controller"},
+		{[]string{"opt-in-controller"}, "opt-in-controller"},
+		{[]string{"*", "opt-in", "-opt-in"}, "cloud-node-controller,cloud-node-lifecycle-controller"},
 	}
 	for _, tc := range cases {
 		got, err := EnabledControllers(tc.flags, known)
@@ -39,7 +44,8 @@ func TestEnabledControllers(t *testing.T) {
 		}
 	}
 	_, err := EnabledControllers([]string{"*", "-route"}, known)
-	if err == nil || !strings.Contains(err.Error(), `unknown controller "route"`) || !strings.Contains(err.Error(), "cloud-node-lifecycle") {
+	if err == nil || !strings.Contains(err.Error(), `unknown controller "route"`) || !strings.Contains(err.Error(), "cloud-node-lifecycle") ||
+		!strings.Contains(err.Error(), "opt-in-controller (disabled by default)") {
 		t.Errorf("unknown controller error must name it and list the known ones: %v", err)
 	}
 }
