@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -125,12 +126,14 @@ type registry struct {
 	mu        sync.RWMutex
 	list      []*backend
 	bySession map[string]*backend
+	ready     readyCounter
 }
 
 func (r *registry) add(b *backend) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.list = append(r.list, b)
+	r.ready.add(&b.id)
 	if b.session != "" {
 		r.bySession[b.session] = b
 	}
@@ -143,6 +146,7 @@ func (r *registry) remove(b *backend) int {
 	for i, x := range r.list {
 		if x == b {
 			r.list = append(r.list[:i:i], r.list[i+1:]...)
+			r.ready.remove(&b.id)
 			break
 		}
 	}
@@ -167,20 +171,19 @@ func (r *registry) setIdentity(b *backend, id Identity, denied []Denial) bool {
 		b.id.DefaultRoute == id.DefaultRoute && reflect.DeepEqual(b.denied, denied) {
 		return false
 	}
+	if slices.Contains(r.list, b) {
+		r.ready.remove(&b.id)
+		defer r.ready.add(&b.id)
+	}
 	b.id.Hosts, b.id.CIDRs, b.id.DefaultRoute, b.denied = id.Hosts, id.CIDRs, id.DefaultRoute, denied
 	return true
 }
 
-// identities are the routing identities of the backends, in connection
-// order.
-func (r *registry) identities() []Identity {
+// readyCounts is ready_backends for strategies.
+func (r *registry) readyCounts(strategies []Strategy) map[Strategy]int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	ids := make([]Identity, len(r.list))
-	for i, b := range r.list {
-		ids[i] = b.id
-	}
-	return ids
+	return r.ready.counts(strategies)
 }
 
 func (r *registry) session(tok string) *backend {

@@ -52,7 +52,7 @@ func (s *Server) backendsChanged(n int, streamsV1 bool, delta float64) {
 func (s *Server) readyBackendsChanged() {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
-	for st, n := range ReadyBackends(s.opts.Strategies, s.backends.identities()) {
+	for st, n := range s.backends.readyCounts(s.opts.Strategies) {
 		s.m.readyBackends.WithLabelValues(string(st)).Set(float64(n))
 	}
 }

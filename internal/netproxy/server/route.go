@@ -174,25 +174,69 @@ func ReadyBackends(strategies []Strategy, agents []Identity) map[Strategy]int {
 	for _, s := range strategies {
 		keys := map[string]bool{}
 		for i := range agents {
-			a := &agents[i]
-			switch s {
-			case StrategyDefault:
-				keys[a.AgentID] = true
-			case StrategyDefaultRoute:
-				if a.DefaultRoute {
-					keys[a.AgentID] = true
-				}
-			case StrategyDestCIDR:
-				if len(a.CIDRs) > 0 {
-					keys[a.AgentID] = true
-				}
-			case StrategyDestHost:
-				for _, h := range a.Hosts {
-					keys[h] = true
-				}
+			for _, k := range readyKeys(s, &agents[i]) {
+				keys[k] = true
 			}
 		}
 		out[s] = len(keys)
+	}
+	return out
+}
+
+// readyKeys are the keys an agent puts in a strategy's table (see
+// ReadyBackends).
+func readyKeys(s Strategy, a *Identity) []string {
+	switch s {
+	case StrategyDefault:
+		return []string{a.AgentID}
+	case StrategyDefaultRoute:
+		if a.DefaultRoute {
+			return []string{a.AgentID}
+		}
+	case StrategyDestCIDR:
+		if len(a.CIDRs) > 0 {
+			return []string{a.AgentID}
+		}
+	case StrategyDestHost:
+		return a.Hosts
+	}
+	return nil
+}
+
+var allStrategies = []Strategy{StrategyDefault, StrategyDestHost, StrategyDefaultRoute, StrategyDestCIDR}
+
+// readyCounter keeps ReadyBackends' counts as agents come, go and change
+// identity, so an agent's connection costs its own keys, not a pass over
+// every agent (a fleet reconnecting after a server restart).
+type readyCounter struct {
+	refs map[Strategy]map[string]int
+}
+
+func (c *readyCounter) apply(a *Identity, delta int) {
+	if c.refs == nil {
+		c.refs = map[Strategy]map[string]int{}
+		for _, s := range allStrategies {
+			c.refs[s] = map[string]int{}
+		}
+	}
+	for _, s := range allStrategies {
+		m := c.refs[s]
+		for _, k := range readyKeys(s, a) {
+			if m[k] += delta; m[k] <= 0 {
+				delete(m, k)
+			}
+		}
+	}
+}
+
+func (c *readyCounter) add(a *Identity)    { c.apply(a, 1) }
+func (c *readyCounter) remove(a *Identity) { c.apply(a, -1) }
+
+// counts is ReadyBackends(strategies, the agents added and not removed).
+func (c *readyCounter) counts(strategies []Strategy) map[Strategy]int {
+	out := make(map[Strategy]int, len(strategies))
+	for _, s := range strategies {
+		out[s] = len(c.refs[s])
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -187,5 +188,36 @@ func TestReadyBackends(t *testing.T) {
 	}
 	if got := ReadyBackends([]Strategy{StrategyDestHost, StrategyDefault}, nil); !reflect.DeepEqual(got, map[Strategy]int{StrategyDestHost: 0, StrategyDefault: 0}) {
 		t.Errorf("ReadyBackends without agents = %v; want 0 per strategy", got)
+	}
+}
+
+// TestReadyCounter: the counts kept as agents come, go and change identity
+// are ReadyBackends of the agents present, at every step.
+func TestReadyCounter(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	pool := []string{"host=node-a&ipv4=10.0.0.1", "host=node-a", "ipv6=fd00::1&default-route=true", "cidr=10.0.0.0/8", "", "host=node-b&cidr=10.1.0.0/16"}
+	var c readyCounter
+	var present []Identity
+	for step := range 2000 {
+		switch op := rnd.IntN(3); {
+		case op == 0 || len(present) == 0: // an agent connects (IDs repeat: reconnects)
+			id := routeAgents(t, []string{pool[rnd.IntN(len(pool))]})[0]
+			id.AgentID = string(rune('a' + rnd.IntN(4)))
+			c.add(&id)
+			present = append(present, id)
+		case op == 1: // one goes
+			i := rnd.IntN(len(present))
+			c.remove(&present[i])
+			present = slices.Delete(present, i, i+1)
+		default: // one's identity changes (its Node changed)
+			i := rnd.IntN(len(present))
+			c.remove(&present[i])
+			next := routeAgents(t, []string{pool[rnd.IntN(len(pool))]})[0]
+			present[i].Hosts, present[i].CIDRs, present[i].DefaultRoute = next.Hosts, next.CIDRs, next.DefaultRoute
+			c.add(&present[i])
+		}
+		if got, want := c.counts(allStrategies), ReadyBackends(allStrategies, present); !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: counts %v; ReadyBackends %v", step, got, want)
+		}
 	}
 }
