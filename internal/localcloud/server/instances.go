@@ -52,7 +52,14 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
+	if err := s.checkUserData(req.UserData); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
 	inst, err := s.newInstance(req)
+	if err == nil && req.UserData != "" {
+		err = s.bootNew(r.Context(), inst, req.UserData)
+	}
 	respond(w, r, http.StatusCreated, inst, err)
 }
 
@@ -116,6 +123,11 @@ func (s *Server) newInstance(req api.CreateInstanceRequest) (*api.Instance, erro
 			api.Address{Type: api.AddressInternalDNS, Address: inst.Name + "." + inst.Zone + ".internal"})
 		if err := tx.Put(store.Meta, "instance-name/"+req.Name, inst.ID); err != nil {
 			return err
+		}
+		if req.UserData != "" {
+			if err := tx.Put(store.Meta, userDataKey(inst.ID), req.UserData); err != nil {
+				return err
+			}
 		}
 		return tx.Put(store.Instances, inst.ID, inst)
 	})
@@ -190,8 +202,14 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 		if err := tx.Delete(store.Meta, "instance-name/"+inst.Name); err != nil {
 			return err
 		}
+		if err := tx.Delete(store.Meta, userDataKey(id)); err != nil {
+			return err
+		}
 		return tx.Delete(store.Instances, id)
 	})
+	if err == nil {
+		err = s.deleteMachine(r.Context(), id)
+	}
 	respond(w, r, 0, nil, err)
 }
 
@@ -212,6 +230,9 @@ func (s *Server) setInstanceState(state string) http.HandlerFunc {
 			inst.State = state
 			return tx.Put(store.Instances, id, inst)
 		})
+		if err == nil {
+			err = s.powerMachine(r.Context(), inst)
+		}
 		respond(w, r, http.StatusOK, inst, err)
 	}
 }

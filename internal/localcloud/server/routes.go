@@ -59,6 +59,9 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
 		}
 		return tx.Put(store.Routes, rt.Name, rt)
 	})
+	if err == nil {
+		err = s.routeMachines(rt, true)
+	}
 	respond(w, r, http.StatusCreated, rt, err)
 }
 
@@ -82,8 +85,11 @@ func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	var rt api.Route
 	err := s.store.Update(func(tx *store.Tx) error {
-		rt, ok, err := store.Get[api.Route](tx, store.Routes, name)
+		var ok bool
+		var err error
+		rt, ok, err = store.Get[api.Route](tx, store.Routes, name)
 		if err != nil {
 			return err
 		}
@@ -97,6 +103,9 @@ func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) {
 		}
 		return tx.Delete(store.Routes, name)
 	})
+	if err == nil {
+		err = s.routeMachines(rt, false)
+	}
 	respond(w, r, 0, nil, err)
 }
 

@@ -114,6 +114,9 @@ func Run(ctx context.Context, opts RunOptions) error {
 		defer func() { _ = rs.Close() }() // after a graceful Shutdown, a no-op
 	}
 
+	if err := srv.exposeRegistry(ctx, regHost, opts.DataDir); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another cloud running? pick another --listen)", opts.Listen, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/console"
 	"github.com/portside-io/portside/internal/localcloud/dataplane"
+	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -56,6 +57,9 @@ type Options struct {
 	// RegistryPublicPrefixes are the served registry's public repositories
 	// (registry.Options.PublicPrefixes).
 	RegistryPublicPrefixes []string
+	// Machines, when set, runs instances created with user data as real
+	// machines in the cloud's VPC (see package hypervisor).
+	Machines *hypervisor.Options
 }
 
 // Defaults fills unset options.
@@ -109,6 +113,9 @@ type Server struct {
 
 	console     *console.Console
 	stopConsole context.CancelFunc
+
+	// hv runs real machines (Options.Machines); nil when none.
+	hv *hypervisor.Hypervisor
 }
 
 // New opens the state in statePath, restores every load balancer into the
@@ -142,6 +149,10 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.startMachines(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	// The session key comes from the stored secret: consoles stay logged
 	// in across restarts.
 	consoleCtx, stop := context.WithCancel(ctx)
@@ -156,6 +167,7 @@ func (s *Server) Close() {
 	if s.stopConsole != nil {
 		s.stopConsole()
 	}
+	s.closeMachines()
 	s.plane.Close()
 	if s.registry != nil {
 		_ = s.registry.Close()

@@ -81,6 +81,11 @@ type CreateInstanceRequest struct {
 	// PodCIDRs assigns pod CIDRs to the instance (at most one per family),
 	// for CCMs run with --cidr-allocator-type=CloudAllocator.
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// UserData boots the instance as a real machine (a cloud run with
+	// --machines=real): a machine boot configuration (JSON), completed by
+	// the cloud with the instance's name, address and disk. It is kept by
+	// the cloud and never returned (it holds credentials).
+	UserData string `json:"userData,omitempty"`
 }
 
 // Protocols of load-balancer listeners.

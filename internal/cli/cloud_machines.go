@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/portside-io/portside/internal/localcloud/hypervisor"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
+)
+
+// machineFlags are `cloud serve`'s flags for real machines.
+type machineFlags struct {
+	mode          string
+	uplink        string
+	routed, cover []string
+	expose        []string
+}
+
+func (m *machineFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&m.mode, "machines", "none", "none: instances are records; real: instances created with user data boot as real machines (network and mount namespaces, nested cgroups) in the cloud's VPC, whose subnet is --node-pool (needs root)")
+	fl.StringVar(&m.uplink, "vpc-uplink", "", "with --machines=real: the host↔VPC-router link, an IPv4 /30 inside a --vpc-cover range")
+	fl.StringSliceVar(&m.routed, "vpc-route", nil, "with --machines=real: more ranges the host sends into the VPC (pod CIDRs, VIPs); repeatable")
+	fl.StringSliceVar(&m.expose, "vpc-expose", nil, "with --machines=real: <port>=<host:port> serves a loopback service of the host to the machines at the VPC gateway's port (kube-apiserver, say); repeatable")
+	fl.StringSliceVar(&m.cover, "vpc-cover", nil, "with --machines=real: ranges covered by unreachable routes on the host, so no packet for them leaves the machine; they must contain --node-pool, --vpc-uplink and every --vpc-route; repeatable")
+}
+
+// options turns the flags into the hypervisor's options (nil: none).
+func (m *machineFlags) options(dataDir string, nodePool netip.Prefix) (*hypervisor.Options, error) {
+	switch m.mode {
+	case "", "none":
+		return nil, nil
+	case "real":
+	default:
+		return nil, fmt.Errorf("--machines %q: want none or real", m.mode)
+	}
+	up, err := netip.ParsePrefix(m.uplink)
+	if err != nil {
+		return nil, fmt.Errorf("--vpc-uplink %q: want an IPv4 /30 such as 198.18.3.252/30 (required with --machines=real)", m.uplink)
+	}
+	parse := func(flag string, vals []string) ([]vpc.Range, error) {
+		var out []vpc.Range
+		for _, v := range vals {
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s %q is not a CIDR", flag, v)
+			}
+			out = append(out, vpc.Range{Prefix: p, Flag: flag})
+		}
+		return out, nil
+	}
+	routed, err := parse("--vpc-route", m.routed)
+	if err != nil {
+		return nil, err
+	}
+	cover, err := parse("--vpc-cover", m.cover)
+	if err != nil {
+		return nil, err
+	}
+	if len(cover) == 0 {
+		return nil, fmt.Errorf("--vpc-cover is required with --machines=real: name the ranges to cover with unreachable routes (at least --node-pool %s and --vpc-uplink %s)", nodePool, up)
+	}
+	var expose []hypervisor.Exposure
+	for _, e := range m.expose {
+		port, target, ok := strings.Cut(e, "=")
+		n, err := strconv.Atoi(port)
+		if !ok || err != nil || n < 1 || n > 65535 || target == "" {
+			return nil, fmt.Errorf("--vpc-expose %q: want <gateway port>=<host:port>, e.g. 6443=127.0.0.1:41647", e)
+		}
+		expose = append(expose, hypervisor.Exposure{Port: n, Target: target})
+	}
+	dir, err := filepath.Abs(filepath.Join(dataDir, "machines"))
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisor.Options{Dir: dir, VPC: vpc.Config{
+		ID:     vpc.IDFor(dir),
+		Subnet: vpc.Range{Prefix: nodePool, Flag: "--node-pool"},
+		Uplink: vpc.Range{Prefix: up, Flag: "--vpc-uplink"},
+		Routed: routed, Covered: cover,
+	}, Expose: expose}, nil
+}
