@@ -309,7 +309,7 @@ func (a *Agent) StreamsV1() (v1, held int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, s := range a.sessions {
-		if s.v1 {
+		if s.v1.Load() {
 			v1++
 		}
 	}

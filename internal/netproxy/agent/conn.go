@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
@@ -40,8 +43,21 @@ func (s *session) dial(r *client.DialRequest) {
 	connID := s.nextID.Add(1)
 	s.a.m.openEndpointConns.Inc()
 	defer s.a.m.openEndpointConns.Dec()
-	if s.v1 {
-		s.serveOwnStream(nc, r.Random, connID, logger)
+	if s.v1.Load() {
+		err := s.serveOwnStream(nc, r.Random, connID, logger)
+		if err == nil {
+			return
+		}
+		// The connection's stream was not taken: fail the dial now, on the
+		// control stream (the frontend would otherwise wait for its
+		// timeout), and carry this server's next connections there.
+		_ = nc.Close()
+		_ = s.send(netproxy.DialRsp(r.Random, 0, "proxy agent: the connection's stream did not reach this server: "+err.Error()))
+		if s.ack && s.v1.Swap(false) {
+			logger.Info("Falling back to one stream for all connections to this server: a connection stream reached a server "+
+				"without this agent's session (an L7 proxy between agents and servers? the agent port must be L4, see docs/network-proxy.md)",
+				"err", err)
+		}
 		return
 	}
 	s.serveMuxed(nc, r.Random, connID)
@@ -104,9 +120,9 @@ func (s *session) forget(connID int64) {
 }
 
 // serveOwnStream carries a connection on a stream of its own (streams-v1):
-// flow control of that stream alone throttles this connection.
-func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.Logger) {
-	defer nc.Close()
+// flow control of that stream alone throttles this connection. An error
+// means the stream was not taken and nc is left to the caller.
+func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.Logger) error {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	md := metadata.Pairs(header.AgentID, s.a.opts.AgentID,
@@ -114,11 +130,17 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 	ds, err := s.client.Connect(metadata.NewOutgoingContext(ctx, md))
 	if err != nil {
 		logger.V(2).Info("Opening the connection stream failed", "err", err)
-		return
+		return err
+	}
+	if s.ack {
+		if err := awaitAck(ds, s.token, s.a.opts.DialTimeout, cancel); err != nil {
+			return err
+		}
 	}
 	if err := ds.Send(netproxy.DialRsp(random, connID, "")); err != nil {
-		return
+		return err
 	}
+	defer nc.Close()
 	wdone := make(chan struct{})
 	go func() {
 		defer close(wdone)
@@ -146,6 +168,30 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 		_ = ds.CloseSend()
 	}
 	<-wdone
+	return nil
+}
+
+// awaitAck waits, up to timeout, for the server's acknowledgement of a
+// connection stream (its session token in the response headers). A server
+// that does not know the session refuses the stream; one that saw no
+// session (a proxy stripped it) answers as to a control stream.
+func awaitAck(ds grpc.ClientStream, token string, timeout time.Duration, cancel context.CancelFunc) error {
+	t := time.AfterFunc(timeout, cancel)
+	defer t.Stop()
+	hdr, err := ds.Header()
+	switch {
+	case err != nil:
+		return err
+	case first(hdr.Get(netproxy.HeaderSession)) == token:
+		return nil
+	case len(hdr.Get(header.ServerID)) > 0:
+		return errors.New("the server took it for a control stream (were its headers stripped?)")
+	}
+	// A refused stream ends with headers-only trailers: the status says why.
+	if err := ds.RecvMsg(&client.Packet{}); err != nil && err != io.EOF {
+		return err
+	}
+	return errors.New("the server did not acknowledge the stream")
 }
 
 // smallData: payloads below this are copied into their packet, larger

@@ -42,8 +42,11 @@ type session struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	serverID string
-	v1       bool
-	token    string // streams-v1 session token
+	// v1: connections get streams of their own (streams-v1); cleared when
+	// one reaches a server without the session (fallback).
+	v1    atomic.Bool
+	ack   bool   // the server acknowledges per-connection streams (FeatureStreamsAck)
+	token string // streams-v1 session token
 
 	sendMu    sync.Mutex
 	drainOnce sync.Once
@@ -115,13 +118,14 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		dials: map[int64]context.CancelFunc{}, conns: map[int64]*muxConn{}, done: make(chan struct{})}
 	if !a.opts.DisableStreams && contains(hdr.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
 		s.token = first(hdr.Get(netproxy.HeaderSession))
-		s.v1 = s.token != ""
+		s.v1.Store(s.token != "")
+		s.ack = contains(hdr.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsAck)
 	}
 	s.logger = a.logger.WithValues("serverID", serverID)
 	if err := a.addSession(s, count); err != nil {
 		return fail(err)
 	}
-	s.logger.Info("Connected to proxy server", "serverCount", count, "streamsV1", s.v1)
+	s.logger.Info("Connected to proxy server", "serverCount", count, "streamsV1", s.v1.Load())
 	go s.serve()
 	go s.probe()
 	return nil

@@ -73,7 +73,7 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	if !s.opts.DisableStreams && contains(md.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
 		b.streamsV1 = true
 		b.session = newSession()
-		hdr.Append(netproxy.HeaderFeatures, netproxy.FeatureStreamsV1)
+		hdr.Append(netproxy.HeaderFeatures, netproxy.FeatureStreamsV1, netproxy.FeatureStreamsAck)
 		hdr.Append(netproxy.HeaderSession, b.session)
 	}
 	if err := stream.SendHeader(hdr); err != nil {
@@ -147,10 +147,12 @@ func (s *Server) handleAgentPacket(b *backend, rp *netproxy.Received) {
 			return
 		}
 		if b.streamsV1 {
-			// A streams-v1 agent answers success on the connection's own stream.
-			s.resolveFailed(c, "protocol error: agent answered a streams-v1 dial on its control stream")
-			s.sendAgent(b, netproxy.CloseReq(r.ConnectID))
-			return
+			// A streams-v1 agent answers success on the connection's own
+			// stream, unless one of its streams reached a server that did
+			// not know its session (an L7 proxy in between): then it falls
+			// back to carrying connections here, as an upstream agent
+			// (it logs that once).
+			s.logger.V(4).Info("Streams-v1 agent carries a connection on its control stream", "agentID", b.id.AgentID)
 		}
 		c.establish(r.ConnectID, nil)
 		if !b.addConn(c) {
@@ -215,9 +217,15 @@ func (s *Server) sendAgent(b *backend, pkt *client.Packet) {
 // and so reset the stream, when the frontend side ends first; otherwise a
 // close would have to queue behind data the destination is not reading.
 func (s *Server) serveDataStream(stream agentpb.AgentService_ConnectServer, md metadata.MD) error {
-	b := s.backends.session(first(md.Get(netproxy.HeaderSession)))
+	token := first(md.Get(netproxy.HeaderSession))
+	b := s.backends.session(token)
 	if b == nil {
 		return status.Error(codes.PermissionDenied, "unknown or expired proxy session")
+	}
+	// The acknowledgement (FeatureStreamsAck): the agent sends the dial's
+	// answer only on a stream that reached the server holding its session.
+	if err := stream.SendHeader(metadata.Pairs(netproxy.HeaderSession, token)); err != nil {
+		return nil
 	}
 	random, err := strconv.ParseInt(first(md.Get(netproxy.HeaderDial)), 10, 64)
 	if err != nil {
