@@ -8,6 +8,7 @@ import (
 	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
 	"github.com/portside-io/portside/internal/controllers/route"
 	"github.com/portside-io/portside/internal/controllers/service"
+	"github.com/portside-io/portside/internal/controllers/servingcsr"
 	"github.com/portside-io/portside/internal/webhook"
 	"github.com/portside-io/portside/internal/webhooks/pvlabel"
 )
@@ -21,6 +22,9 @@ func DefaultControllers() []Controller {
 		{Name: service.Name, Aliases: []string{service.Alias}, ClientName: "service-controller", Start: startServiceLB},
 		{Name: nodeipam.Name, Aliases: []string{nodeipam.Alias}, ClientName: "node-controller", Start: startNodeIPAM},
 		{Name: route.Name, Aliases: []string{route.Alias}, ClientName: "route-controller", Start: startRoutes},
+		// Not upstream's: '*' leaves it off so that a drop-in CCM starts
+		// what upstream's does; `portside up` names it for its real nodes.
+		{Name: servingcsr.Name, ClientName: servingcsr.Name, DisabledByDefault: true, Start: startServingCSR},
 	}
 }
 
@@ -120,6 +124,22 @@ func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
 		Recorder: cc.Recorder("route_controller"), Metrics: cc.Metrics, ClusterName: cc.Options.ClusterName,
 		ClusterCIDRs: nw.ClusterCIDRs, Workers: o.ConcurrentRouteSyncs, StatusWorkers: cc.Options.ConcurrentNodeSyncs,
 		ResyncPeriod: o.RouteReconciliationPeriod,
+	})
+	if err != nil {
+		return "", err
+	}
+	go c.Run(ctx)
+	return "", nil
+}
+
+func startServingCSR(ctx context.Context, cc *ControllerContext) (string, error) {
+	inst, ok := cc.Cloud.Instances()
+	if !ok {
+		return "the cloud provider has no instances, which the approver checks a serving certificate's addresses against", nil
+	}
+	c, err := servingcsr.New(servingcsr.Config{
+		Client: cc.Client, CSRs: cc.Informers.Certificates().V1().CertificateSigningRequests(), Nodes: cc.Informers.Core().V1().Nodes(),
+		Instances: inst, Recorder: cc.Recorder("node-serving-csr-approver"), Metrics: cc.Metrics, Workers: cc.Options.ConcurrentNodeSyncs,
 	})
 	if err != nil {
 		return "", err

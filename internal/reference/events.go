@@ -350,7 +350,7 @@ func WriteEventsReference(w io.Writer, root string) error {
 	}
 	// Controllers in the order the CCM starts them, then by directory.
 	order := []string{"internal/controllers/node", "internal/controllers/nodelifecycle", "internal/controllers/service",
-		"internal/controllers/nodeipam", "internal/controllers/route"}
+		"internal/controllers/nodeipam", "internal/controllers/route", "internal/controllers/servingcsr"}
 	rank := func(dir string) int {
 		if i := slices.Index(order, dir); i >= 0 {
 			return i

@@ -19,6 +19,7 @@ import (
 	"github.com/portside-io/portside/internal/controllers/nodelifecycle"
 	"github.com/portside-io/portside/internal/controllers/route"
 	"github.com/portside-io/portside/internal/controllers/service"
+	"github.com/portside-io/portside/internal/controllers/servingcsr"
 	"github.com/portside-io/portside/internal/manager"
 	"github.com/portside-io/portside/internal/netproxy/agent"
 	"github.com/portside-io/portside/internal/netproxy/server"
@@ -67,6 +68,7 @@ func metricComponents() []metricComponent {
 					nodeipam.RegisterMetrics(reg, func() map[string][2]int { return map[string][2]int{placeholder(0): {0, 256}} })
 				})},
 				{"internal/controllers/route", ok(route.RegisterMetrics)},
+				{"internal/controllers/servingcsr", ok(servingcsr.RegisterMetrics)},
 			},
 		},
 		{
