@@ -35,6 +35,11 @@ func Boot(ctx context.Context, c *BootConfig) error {
 	if h := hidden(append([]string{c.Dir, c.Bin.Kubelet, c.Bin.KubeProxy, c.Bin.Containerd, c.Bin.Shim, c.Bin.CNIDir}, c.CAFile)); len(h) > 0 {
 		return fmt.Errorf("%v would be hidden inside the machine (its /var/lib, /var/log and /run are its own): use a data directory and tools outside those", h)
 	}
+	// A machine's /run is a tmpfs: empty at every boot, so no daemon finds
+	// the sockets and state of its last run.
+	if err := os.RemoveAll(filepath.Join(c.Dir, "run")); err != nil {
+		return err
+	}
 	if err := render(c, l); err != nil {
 		return err
 	}

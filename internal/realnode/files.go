@@ -152,16 +152,26 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: %[4]q}
 authorization: {mode: Webhook}
-tlsCertFile: %[5]q
-tlsPrivateKeyFile: %[6]q
+%[5]s
 rotateCertificates: true
-clusterDNS: %[7]s
-clusterDomain: %[8]q
+clusterDNS: %[6]s
+clusterDomain: %[7]q
 resolvConf: ""
 volumePluginDir: /var/lib/kubelet/volumeplugins
 serializeImagePulls: false
 nodeStatusReportFrequency: 10s
-`, c.CgroupRoot, ContainerdSocket, c.NodeIP, c.CAFile, c.ServingCertFile, c.ServingKeyFile, dns, c.ClusterDomain)
+`, c.CgroupRoot, ContainerdSocket, c.NodeIP, c.CAFile, servingCert(c), dns, c.ClusterDomain)
+}
+
+// servingCert is kubelet's serving certificate: the one the user data
+// gives, or else one kubelet asks for by a kubernetes.io/kubelet-serving
+// CSR (approved by the CCM's node-serving-csr-approver against the cloud's
+// record of the instance).
+func servingCert(c *BootConfig) string {
+	if c.ServingCertFile != "" {
+		return fmt.Sprintf("tlsCertFile: %q\ntlsPrivateKeyFile: %q", c.ServingCertFile, c.ServingKeyFile)
+	}
+	return "serverTLSBootstrap: true"
 }
 
 // kubeletArgs are kubelet's flags.

@@ -163,13 +163,19 @@ func (c *cluster) importImages(t *testing.T, n *node) {
 // runAgnhost runs agnhost netexec on node n and waits until it is Running.
 func (c *cluster) runAgnhost(t *testing.T, name string, n *node) *corev1.Pod {
 	t.Helper()
+	return runPod(t, c, name, n.name, corev1.PullNever)
+}
+
+// runPod runs agnhost netexec on a node and waits until it is Running.
+func runPod(t *testing.T, c *cluster, name, nodeName string, pull corev1.PullPolicy) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
-			NodeName: n.name,
+			NodeName: nodeName,
 			// No CCM here: the nodes keep the uninitialized taint.
 			Tolerations: []corev1.Toleration{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{Name: "agnhost", Image: nodeimages.AgnhostImage, ImagePullPolicy: corev1.PullNever,
+			Containers: []corev1.Container{{Name: "agnhost", Image: nodeimages.AgnhostImage, ImagePullPolicy: pull,
 				Args: []string{"netexec", "--http-port=8080"}, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
 		},
 	}

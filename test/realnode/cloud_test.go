@@ -1,0 +1,225 @@
+package realnode_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/portside-io/portside/internal/controlplane"
+	"github.com/portside-io/portside/internal/hostsnap"
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
+	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/realnode"
+	"github.com/portside-io/portside/internal/testbin"
+	"github.com/portside-io/portside/internal/testenv"
+	"github.com/portside-io/portside/internal/tools"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
+)
+
+// TestCloudMachines runs `portside cloud serve --machines=real` and drives
+// it only through the cloud's API, as `up` and users do: an instance
+// created with user data boots a real node that joins the cluster and
+// pulls its images through the cloud registry's mirror of
+// registry.k8s.io; the cloud's route carries pod traffic; stop powers the
+// machine off (its pod stops answering, kubelet is gone) and start boots
+// it again; delete removes the sandbox; stopping the cloud, and a kill -9
+// followed by a new start and stop, leave the host as it was found.
+func TestCloudMachines(t *testing.T) {
+	vpctest.RequireRoot(t)
+	bins := needBinaries(t)
+	before, err := hostsnap.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := vpctest.Pick()
+	gw := r.Subnet.Addr().Next()
+	cp := testenv.StartControlPlane(t, controlplane.Options{ExtraServingHosts: []string{gw.String()}, RealNodes: true})
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	startKCM(t, cp)
+	apiHost := must(url.Parse(cp.URL)).Host
+	dir := t.TempDir()
+	cloudDir := filepath.Join(dir, "cloud")
+	args := []string{"cloud", "serve", "--data-dir", cloudDir, "--listen", "127.0.0.1:0", "--registry-listen", "127.0.0.1:0",
+		"--machines=real", "--node-pool", r.Subnet.String(), "--vpc-uplink", r.Uplink.String(),
+		"--vpc-route", r.Pods.String(), "--vpc-cover", r.Block.String(), "--vpc-cover", r.Pods.String(),
+		"--vpc-expose", "6443=" + apiHost, "--registry-public-prefix", "pause", "--registry-public-prefix", "e2e-test-images/",
+		"--vip-pool", "127.240.0.0/24", "-v=2"}
+	portside := testbin.Portside(t)
+	cloud := startCloudProcess(t, portside, args, cloudDir)
+	cc := cloudClient(t, cloudDir)
+	imgs, err := nodeimages.Build(must(tools.BinDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodeimages.PushServed(context.Background(), cc, imgs); err != nil {
+		t.Fatal(err)
+	}
+	regVPC := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(cloudDir, server.RegistryVPCEndpointFile)))))
+	token, err := realnode.EnsureBootstrap(context.Background(), kube, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(dir, "shared")
+	_ = os.MkdirAll(shared, 0o700)
+	kp, err := cp.IssueClientCert("kube-proxy", "system:kube-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiURL := "https://" + netip.AddrPortFrom(gw, 6443).String()
+	for f, data := range map[string][]byte{"ca.crt": cp.CAPEM(), "kube-proxy.crt": kp.CertPEM, "kube-proxy.key": kp.KeyPEM,
+		"kube-proxy.kubeconfig": []byte(realnode.KubeProxyKubeconfig(apiURL, filepath.Join(shared, "ca.crt"),
+			filepath.Join(shared, "kube-proxy.crt"), filepath.Join(shared, "kube-proxy.key")))} {
+		if err := os.WriteFile(filepath.Join(shared, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	userData := realnode.BootConfig{
+		Bin: bins, APIServer: apiURL, CAFile: filepath.Join(shared, "ca.crt"), BootstrapToken: token,
+		KubeProxyKubeconfig: filepath.Join(shared, "kube-proxy.kubeconfig"), ClusterCIDR: r.Pods.String(), ClusterDomain: "cluster.local",
+		SandboxImage: nodeimages.PauseImage, Mirrors: map[string]string{"registry.k8s.io": "http://" + regVPC},
+	}
+	ud := string(must(json.Marshal(userData)))
+	name := fmt.Sprintf("cm-%d", time.Now().UnixNano()%1e6)
+	inst, err := cc.CreateInstance(context.Background(), api.CreateInstanceRequest{Name: name, Zone: "zone-a", UserData: ud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{name: name, dir: filepath.Join(cloudDir, "machines", inst.ID)}
+	n.addr = netip.MustParseAddr(inst.Addresses[0].Address)
+	c := &cluster{cp: cp, client: kube, ranges: r, dir: dir}
+	waitNodeObj(t, kube, name, 2*time.Minute, "registered", func(*corev1.Node) bool { return true })
+	cidr := netip.PrefixFrom(r.Pods.Addr(), 24)
+	setPodCIDR(t, c, name, cidr)
+	if _, err := cc.CreateRoute(context.Background(), api.Route{Name: name, Cluster: "test", TargetNode: name, DestinationCIDR: cidr.String()}); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeObj(t, kube, name, 2*time.Minute, "Ready", nodeReady)
+	// Pulled through the mirror (IfNotPresent: nothing was imported).
+	pod := runPod(t, c, "mirror-pulled", name, corev1.PullIfNotPresent)
+	url := "http://" + pod.Status.PodIP + ":8080/hostname"
+	if got := httpGet(t, url); got != pod.Name {
+		t.Errorf("GET %s = %q, want %q", url, got, pod.Name)
+	}
+
+	// Power off: the machine's processes are gone, its pod answers nothing.
+	if _, err := cc.StopInstance(context.Background(), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tryGet(url); err == nil {
+		t.Errorf("the pod of a stopped instance answered %s", url)
+	}
+	if b, err := os.ReadFile(filepath.Join(n.dir, "machine.json")); err != nil || strings.Contains(string(b), `"init"`) {
+		t.Errorf("a stopped machine's record still names a running init (%v): %s", err, b)
+	}
+	// Power on: it boots again, kubelet restarts the pod.
+	if _, err := cc.StartInstance(context.Background(), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Its sandbox is new (a machine's boot ends every container), and so
+	// may its address be: ask kubelet's report each time.
+	testenv.Eventually(t, 2*time.Minute, "the pod answers again after the instance started", func() (bool, string) {
+		p, err := kube.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil || p.Status.PodIP == "" {
+			return false, fmt.Sprint(err)
+		}
+		got, err := tryGet("http://" + p.Status.PodIP + ":8080/hostname")
+		return err == nil && got == pod.Name, fmt.Sprintf("%s: %q %v", p.Status.PodIP, got, err)
+	})
+	// Delete: the sandbox goes.
+	if err := cc.DeleteInstance(context.Background(), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(vpc.NetnsPath("ps-" + strings.TrimPrefix(inst.ID, "i-"))); err == nil {
+		t.Error("the deleted instance's network namespace is still there")
+	}
+
+	// A second instance, then kill -9 of the cloud: its next start cleans up.
+	if _, err := cc.CreateInstance(context.Background(), api.CreateInstanceRequest{Name: name + "-b", Zone: "zone-a", UserData: ud}); err != nil {
+		t.Fatal(err)
+	}
+	cloud.Kill()
+	cloud = startCloudProcess(t, portside, args, cloudDir)
+	waitNodeObj(t, kube, name+"-b", 2*time.Minute, "registered after the cloud's restart", func(*corev1.Node) bool { return true })
+	cloud.Stop(60 * time.Second)
+	after, err := hostsnap.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vpc.IDFor(must(filepath.Abs(filepath.Join(cloudDir, "machines"))))
+	mine := []string{"ps" + id, r.Subnet.Addr().String()[:strings.LastIndex(r.Subnet.Addr().String(), ".")+1], "/ps-"}
+	if d := hostsnap.Diff(before.Mentioning(mine...), after.Mentioning(mine...)); d != "" {
+		t.Errorf("the host differs after the cloud stopped:\n%s", d)
+	}
+	if d := hostsnap.Diff(hostsnap.Snapshot{"sysctl": before["sysctl"]}, hostsnap.Snapshot{"sysctl": after["sysctl"]}); d != "" {
+		t.Errorf("host sysctls changed:\n%s", d)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func startCloudProcess(t *testing.T, portside string, args []string, dir string) *proc.Process {
+	t.Helper()
+	_ = os.MkdirAll(dir, 0o755)
+	_ = os.Remove(filepath.Join(dir, server.EndpointFile))
+	p, err := proc.Start("cloud", portside, args, nil, filepath.Join(dir, "cloud.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(60 * time.Second)
+		if t.Failed() {
+			t.Logf("cloud log tail:\n%s", p.LogTail(30))
+		}
+	})
+	testenv.Eventually(t, time.Minute, "the cloud serving", func() (bool, string) {
+		select {
+		case <-p.Done():
+			t.Fatalf("the cloud exited: %v\n%s", p.ExitErr(), p.LogTail(20))
+		default:
+		}
+		_, err := os.Stat(filepath.Join(dir, server.EndpointFile))
+		return err == nil, fmt.Sprint(err)
+	})
+	return p
+}
+
+func cloudClient(t *testing.T, dir string) *client.Client {
+	t.Helper()
+	ep := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, server.EndpointFile)))))
+	tok, err := client.ReadTokenFile(filepath.Join(dir, server.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.New(ep, tok)
+}
+
+func waitNodeObj(t *testing.T, kube kubernetes.Interface, name string, timeout time.Duration, what string, cond func(*corev1.Node) bool) {
+	t.Helper()
+	testenv.Eventually(t, timeout, name+": "+what, func() (bool, string) {
+		nd, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cond(nd), fmt.Sprintf("conditions %v", nd.Status.Conditions)
+	})
+}
