@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -81,6 +83,7 @@ type Agent struct {
 	reg    *prometheus.Registry
 
 	healthLn, adminLn net.Listener
+	metricsHandler    http.Handler
 
 	leases *leaseCounter // nil without CountServerLeases
 
@@ -158,7 +161,14 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{opts: opts, reg: opts.Registry, sessions: map[string]*session{}, changed: make(chan struct{}, 1),
 		forceStop: make(chan struct{})}
 	if a.reg == nil {
+		// Upstream's agent serves the default registry: Go and process
+		// metrics beside its own.
 		a.reg = prometheus.NewRegistry()
+		a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// And promhttp.Handler's own request metrics.
+		a.metricsHandler = promhttp.InstrumentMetricHandler(a.reg, promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	} else {
+		a.metricsHandler = promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	}
 	a.m = newMetrics(a.reg)
 	a.m.knownServerCount.Set(1)
@@ -275,7 +285,6 @@ func (a *Agent) syncLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				a.m.serverConnFailures.Inc()
 				a.setLastError(err)
 				a.logger.Info("Connecting to proxy server failed", "server", a.opts.ServerAddress, "err", err, "retryIn", delay)
 				delay = min(delay*2, a.opts.SyncIntervalCap)

@@ -137,7 +137,9 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 			return err
 		}
 	}
-	if err := ds.Send(netproxy.DialRsp(random, connID, "")); err != nil {
+	m := s.a.m
+	rsp := netproxy.DialRsp(random, connID, "")
+	if err := m.counted(rsp, ds.SendMsg(rsp)); err != nil {
 		return err
 	}
 	defer nc.Close()
@@ -149,9 +151,13 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 		for {
 			rp.Free() // the previous payload has been written
 			if err := netproxy.RecvPacket(ds, &rp); err != nil {
+				if ctx.Err() == nil {
+					m.recvFailed(err)
+				}
 				_ = nc.Close()
 				return
 			}
+			m.packet(rp.Type)
 			switch rp.Type {
 			case client.PacketType_DATA:
 				if _, err := nc.Write(rp.GetData().GetData()); err != nil {
@@ -163,8 +169,8 @@ func (s *session) serveOwnStream(nc net.Conn, random, connID int64, logger logr.
 			}
 		}
 	}()
-	pumpToServer(nc, connID, ds.SendMsg)
-	if ds.Send(netproxy.CloseRsp(connID, "")) == nil {
+	pumpToServer(nc, connID, func(msg any) error { return m.counted(msg, ds.SendMsg(msg)) })
+	if rsp := netproxy.CloseRsp(connID, ""); m.counted(rsp, ds.SendMsg(rsp)) == nil {
 		_ = ds.CloseSend()
 	}
 	<-wdone

@@ -207,17 +207,13 @@ func tlsFailure(msg string) bool {
 	return false
 }
 
-func (s *session) send(pkt *client.Packet) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	return s.stream.Send(pkt)
-}
+func (s *session) send(pkt *client.Packet) error { return s.sendMsg(pkt) }
 
 // sendMsg is send for a *client.Packet or a *netproxy.OutData.
 func (s *session) sendMsg(m any) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	return s.stream.SendMsg(m)
+	return s.a.m.counted(m, s.stream.SendMsg(m))
 }
 
 func (s *session) sendDrain() {
@@ -268,6 +264,7 @@ func (s *session) serve() {
 		pkt := rp.Packet
 		if err != nil {
 			if err != io.EOF && s.ctx.Err() == nil {
+				s.a.m.recvFailed(err)
 				s.logger.Info("Server stream ended", "err", err)
 			}
 			return
