@@ -106,13 +106,13 @@ func TestServingCSRApprover(t *testing.T) {
 	}
 	errorsBefore := scrapeCounter(t, metrics, `portside_ccm_serving_csr_cloud_calls_total{result="error"}`)
 	retried := f.requestCSR(t, asA, "retried-"+suffix, serving, a, []string{a}, []string{ipA})
-	testenv.Eventually(t, 20*time.Second, "failed instance lookups", func() (bool, string) {
+	testenv.Eventually(t, 20*time.Second, "failed instance lookups, retried", func() (bool, string) {
+		if got := f.csrConditions(t, retried); len(got) != 0 {
+			t.Fatalf("CSR %s decided while the cloud fails: %+v", retried, got)
+		}
 		n := scrapeCounter(t, metrics, `portside_ccm_serving_csr_cloud_calls_total{result="error"}`)
 		return n >= errorsBefore+2, fmt.Sprintf("%v failed lookups since the fault", n-errorsBefore)
 	})
-	if got := f.csrConditions(t, retried); len(got) != 0 {
-		t.Fatalf("CSR %s decided while the cloud fails: %+v", retried, got)
-	}
 	if err := f.cloud.Client.SetFaults(ctx, api.Faults{}); err != nil {
 		t.Fatal(err)
 	}
