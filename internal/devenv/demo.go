@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/pkg/providers/local"
 )
 
@@ -59,12 +60,21 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 	}
 	p.step("demo", "the ccm gave it VIP %s; the local cloud balances it over %d nodes, health-checking NodePort %d", vip, len(env.nodes), svc.Spec.HealthCheckNodePort)
 	url := "http://" + net.JoinHostPort(vip, strconv.Itoa(demoPort)) + "/"
+	if env.realNodes {
+		url += "hostname" // agnhost netexec answers with the pod's name
+	}
 	show := func(replicas int32) error {
 		nodes, err := waitDemoServing(ctx, env, replicas)
 		if err != nil {
 			return fmt.Errorf("demo: %w (see `%s status`)", err, selfName())
 		}
-		first, counts, err := requests(ctx, url, demoRequests, 30*time.Second)
+		nodeOf := map[string]string{}
+		if pods, _, err := demoPods(ctx, env); err == nil {
+			for _, p := range pods {
+				nodeOf[p.Name] = p.Spec.NodeName
+			}
+		}
+		first, counts, err := requests(ctx, url, demoRequests, 30*time.Second, nodeOf)
 		if err != nil {
 			return fmt.Errorf("demo: GET %s: %w (see `%s status`)", url, err, selfName())
 		}
@@ -153,8 +163,7 @@ func ensureDemo(ctx context.Context, env *environment) (*corev1.Service, error) 
 				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
 					spread(corev1.LabelHostname, corev1.DoNotSchedule), spread(corev1.LabelTopologyZone, corev1.ScheduleAnyway)},
 				TerminationGracePeriodSeconds: ptr.To[int64](0),
-				Containers: []corev1.Container{{Name: "hello", Image: "registry.portside.local/hello:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: demoPort}}}},
+				Containers:                    []corev1.Container{demoContainer(env.realNodes)},
 			}}},
 	}
 	if _, err := env.client.AppsV1().Deployments(demoNamespace).Create(ctx, dep, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
@@ -377,13 +386,13 @@ func lastServiceWarning(ctx context.Context, env *environment) string {
 
 // requests sends n GETs through the VIP (retrying until the first succeeds)
 // and returns the first answer and which node and pod answered how often.
-func requests(ctx context.Context, url string, n int, timeout time.Duration) (string, string, error) {
+func requests(ctx context.Context, url string, n int, timeout time.Duration, nodeOf map[string]string) (string, string, error) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(timeout)
 	var first string
 	counts := map[string]int{}
 	for sum(counts) < n {
-		node, pod, body, err := get(ctx, hc, url)
+		node, pod, body, err := get(ctx, hc, url, nodeOf)
 		if err != nil {
 			if time.Now().After(deadline) {
 				return "", "", err
@@ -413,8 +422,9 @@ func requests(ctx context.Context, url string, n int, timeout time.Duration) (st
 }
 
 // get sends one request; the kube-proxy stand-in names the node that took
-// it (X-Node) and the pod that served it (X-Pod).
-func get(ctx context.Context, hc *http.Client, url string) (node, pod, body string, err error) {
+// it (X-Node) and the pod that served it (X-Pod). A real pod (agnhost
+// netexec's /hostname) answers with its name; nodeOf gives its node.
+func get(ctx context.Context, hc *http.Client, url string, nodeOf map[string]string) (node, pod, body string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", "", "", err
@@ -427,6 +437,9 @@ func get(ctx context.Context, hc *http.Client, url string) (node, pod, body stri
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
 		return "", "", "", err
+	}
+	if name := strings.TrimSpace(string(data)); resp.StatusCode == http.StatusOK && resp.Header.Get("X-Node") == "" && nodeOf[name] != "" {
+		return nodeOf[name], name, name, nil
 	}
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Node") == "" {
 		return "", "", "", errors.New("unexpected answer: " + resp.Status)
@@ -448,4 +461,17 @@ func sum(m map[string]int) int {
 		t += v
 	}
 	return t
+}
+
+// demoContainer is the demo's HTTP server: on real nodes agnhost netexec
+// (built from source, pulled through the cloud registry's mirror of
+// registry.k8s.io); on simulated ones an image no kubelet pulls, whose
+// answers the kube-proxy stand-ins give.
+func demoContainer(real bool) corev1.Container {
+	c := corev1.Container{Name: "hello", Image: "registry.portside.local/hello:1",
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: demoPort}}}
+	if real {
+		c.Image, c.Args = nodeimages.AgnhostImage, []string{"netexec", fmt.Sprintf("--http-port=%d", demoPort)}
+	}
+	return c
 }

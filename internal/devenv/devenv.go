@@ -45,6 +45,10 @@ type Options struct {
 	// be set from the page); by default it is read-only, as a link in a
 	// terminal's scrollback or a shared screen should be.
 	ConsoleReadWrite bool
+	// NodeMode is NodeModeSimulated (default) or NodeModeReal: real
+	// machines of the local cloud running containerd, kubelet and
+	// kube-proxy (root only).
+	NodeMode string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -67,6 +71,15 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}
 	if opts.CCMReplicas < 1 || opts.CCMReplicas > MaxCCMReplicas {
 		return fmt.Errorf("--ccm-replicas %d is out of range 1-%d", opts.CCMReplicas, MaxCCMReplicas)
+	}
+	switch opts.NodeMode {
+	case "", NodeModeSimulated:
+	case NodeModeReal:
+		if why := realNodesUnavailable(); why != "" {
+			return fmt.Errorf("--node-mode=real: %s", why)
+		}
+	default:
+		return fmt.Errorf("--node-mode %q: want %s or %s", opts.NodeMode, NodeModeReal, NodeModeSimulated)
 	}
 	l, err := newLayout(opts.DataDir)
 	if err != nil {
@@ -126,7 +139,16 @@ func Up(ctx context.Context, opts Options) (err error) {
 // start brings the parts up in order; each one it starts is pushed on s.
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
-	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary}
+	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
+		realNodes: opts.NodeMode == NodeModeReal}
+	nodes := startNodes(opts.Nodes)
+	if env.realNodes {
+		var err error
+		if env.realNet, err = loadRealNetwork(l); err != nil {
+			return nil, "nodes", err
+		}
+		nodes = startRealNodes(opts.Nodes)
+	}
 	type step struct {
 		part string
 		fn   func(context.Context, *stack, *environment) error
@@ -137,7 +159,7 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		{"registry", setupRegistry},
 		{"kube-controller-manager", startKCM},
 		{"kube-scheduler", startScheduler},
-		{"nodes", startNodes(opts.Nodes)},
+		{"nodes", nodes},
 		{"ccm", startCCM},
 		{"nodes", waitNodesInitialized},
 	}

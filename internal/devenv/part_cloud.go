@@ -71,7 +71,11 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
-	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, net.NodePool)
+	nodePool := net.NodePool
+	if env.realNodes {
+		nodePool = env.realNet.Subnet
+	}
+	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, nodePool)
 	args := func(listen, registryListen string) []string {
 		return []string{"cloud", "serve",
 			"--data-dir=" + env.cloud(), "--listen=" + listen, "--registry-listen=" + registryListen,
@@ -83,6 +87,14 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 			// The console joins the cluster once its kubeconfig exists.
 			"--console-kubeconfig=" + env.kubeconfig(),
 		}
+	}
+	if env.realNodes {
+		plain := args
+		apiHost := strings.TrimPrefix(env.cp.URL, "https://")
+		args = func(listen, registryListen string) []string {
+			return append(plain(listen, registryListen), env.realNet.cloudArgs(apiHost)...)
+		}
+		s.p.step("local cloud", "real machines in VPC %s (gateway %s serves kube-apiserver and the registry to them)", env.realNet.Subnet, env.realNet.gateway())
 	}
 	logPath := filepath.Join(env.logs(), "cloud.log")
 	p, err := proc.Start("local cloud", exe, args("127.0.0.1:0", "127.0.0.1:0"), nil, logPath)

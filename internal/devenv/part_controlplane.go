@@ -44,6 +44,11 @@ type environment struct {
 	// CCM's webhook, and its CA, which the webhook requires.
 	webhookClient webhookClient
 
+	// realNodes: the nodes are real machines of the cloud, in its VPC
+	// realNet.
+	realNodes bool
+	realNet   realNetwork
+
 	// networkProxy: kube-apiserver's cluster egress goes through
 	// proxy-server and per-zone agents (netproxyState says where).
 	networkProxy  bool
@@ -59,6 +64,11 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 	}
 	s.p.step("control plane", "starting etcd and kube-apiserver (state in %s)", env.controlPlane())
 	opts := controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: ServiceCIDR}
+	if env.realNodes {
+		// Real kubelets: TLS bootstrap, the Node authorizer, and the VPC
+		// gateway (where they reach it) in the serving certificate.
+		opts.RealNodes, opts.ExtraServingHosts = true, []string{env.realNet.gateway().String()}
+	}
 	if env.networkProxy {
 		opts.EgressSelections = env.egressSelections()
 	}

@@ -53,6 +53,10 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	logPath := filepath.Join(env.logs(), "kube-controller-manager.log")
 	s.p.step("controllers", "starting kube-controller-manager --cloud-provider=external (log %s)", logPath)
 	args := kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki"))
+	if env.realNodes {
+		// Real kubelets' client certificates, by TLS bootstrap.
+		args = append(args, "--cluster-signing-cert-file="+env.cp.CAFile(), "--cluster-signing-key-file="+env.cp.CAKeyFile())
+	}
 	if env.ccmBinary != "" {
 		// A CCM built from k8s.io/cloud-provider alone has no node IPAM
 		// (k/k's main adds it): kube-controller-manager's gives pod CIDRs.

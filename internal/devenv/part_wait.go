@@ -17,7 +17,7 @@ func waitNodesInitialized(ctx context.Context, s *stack, env *environment) error
 	timeout := 2*time.Minute + time.Duration(len(env.nodes))*100*time.Millisecond
 	lastReport := began
 	for {
-		list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: LabelSimulated + "=true"})
+		list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: env.nodeSelector()})
 		if err != nil {
 			return err
 		}

@@ -60,6 +60,9 @@ type BootConfig struct {
 	ProxyMode string `json:"proxyMode,omitempty"`
 	// Verbosity is the daemons' -v.
 	Verbosity int `json:"verbosity,omitempty"`
+	// NodeLabels are kubelet's --node-labels (outside the kubernetes.io
+	// namespaces, which NodeRestriction keeps from kubelets).
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
 }
 
 // Binaries are the host paths of what a node runs.

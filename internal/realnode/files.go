@@ -186,6 +186,18 @@ func kubeletArgs(c *BootConfig, l layout) []string {
 		"--cloud-provider=external",
 		fmt.Sprintf("--v=%d", c.Verbosity),
 	}
+	if len(c.NodeLabels) > 0 {
+		keys := make([]string, 0, len(c.NodeLabels))
+		for k := range c.NodeLabels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		labels := make([]string, len(keys))
+		for i, k := range keys {
+			labels[i] = k + "=" + c.NodeLabels[k]
+		}
+		args = append(args, "--node-labels="+strings.Join(labels, ","))
+	}
 	if c.CredentialProviderConfig != "" {
 		args = append(args, "--image-credential-provider-config="+c.CredentialProviderConfig,
 			"--image-credential-provider-bin-dir="+c.Bin.CredentialProviderDir)

@@ -102,6 +102,17 @@ func TestRendered(t *testing.T) {
 	if got := kubeletArgs(&BootConfig{CredentialProviderConfig: "/c.yaml", Bin: Binaries{CredentialProviderDir: "/b"}}, l); !slices.Contains(got, "--image-credential-provider-config=/c.yaml") || !slices.Contains(got, "--image-credential-provider-bin-dir=/b") {
 		t.Errorf("kubelet flags lack the credential provider: %v", got)
 	}
+	c.NodeLabels = map[string]string{"portside.io/machine": "real", "a.example/b": "c"}
+	if got := kubeletArgs(c, l); !slices.Contains(got, "--node-labels=a.example/b=c,portside.io/machine=real") {
+		t.Errorf("kubelet flags lack the node labels in order: %v", got)
+	}
+	if !strings.Contains(kubeletConfig(c), "tlsCertFile: \"/d/kubelet.crt\"") {
+		t.Error("a serving certificate given is not kubelet's")
+	}
+	c.ServingCertFile, c.ServingKeyFile = "", ""
+	if cfg := kubeletConfig(c); !strings.Contains(cfg, "serverTLSBootstrap: true") || strings.Contains(cfg, "tlsCertFile") {
+		t.Errorf("no serving certificate given: kubelet must ask for one by CSR:\n%s", cfg)
+	}
 	c.ProxyMode = "iptables"
 	if !strings.Contains(kubeProxyConfig(c), "mode: iptables") {
 		t.Error("proxyMode iptables not rendered")

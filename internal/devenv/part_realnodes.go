@@ -1,0 +1,287 @@
+package devenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/nodesim"
+	"github.com/portside-io/portside/internal/realnode"
+	"github.com/portside-io/portside/internal/tools"
+	"github.com/portside-io/portside/pkg/localcloud/api"
+)
+
+// Node modes of `portside up --node-mode`.
+const (
+	NodeModeSimulated = "simulated"
+	NodeModeReal      = "real"
+)
+
+// LabelMachine marks the Nodes of real machines `up` made (kubelet sets
+// it from the machine's user data).
+const LabelMachine = "portside.io/machine"
+
+// apiServerGatewayPort is where real nodes reach kube-apiserver: the VPC
+// gateway's port, served by the cloud from the apiserver's loopback port.
+const apiServerGatewayPort = 6443
+
+// realNetwork is a real-node environment's address plan, kept in the data
+// directory: a /22 of 198.18.0.0/15 (reserved for benchmarking, never
+// routed on the internet) for the machines' subnet (/24) and the
+// host↔router uplink (/30), chosen from the data directory's path so two
+// environments rarely share one (vpc.Up refuses an overlap, naming it).
+type realNetwork struct {
+	Block  netip.Prefix `json:"block"`
+	Subnet netip.Prefix `json:"subnet"`
+	Uplink netip.Prefix `json:"uplink"`
+}
+
+func (l layout) realNetworkFile() string { return filepath.Join(l.dir, "real-network.json") }
+func (l layout) nodesShared() string     { return filepath.Join(l.dir, "nodes") }
+
+func loadRealNetwork(l layout) (realNetwork, error) {
+	var n realNetwork
+	if data, err := os.ReadFile(l.realNetworkFile()); err == nil {
+		if err := json.Unmarshal(data, &n); err != nil || !n.Block.IsValid() || !n.Subnet.IsValid() || !n.Uplink.IsValid() {
+			return n, fmt.Errorf("%s is damaged (%v): remove it", l.realNetworkFile(), err)
+		}
+		return n, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return n, err
+	}
+	sum := sha256.Sum256([]byte(l.dir))
+	n = realNetworkAt(binary.BigEndian.Uint32(sum[:4]) % 128)
+	data, _ := json.Marshal(n)
+	return n, os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644)
+}
+
+// realNetworkAt is slot i (0-127) of 198.18.0.0/15.
+func realNetworkAt(i uint32) realNetwork {
+	base := addrAt(198<<24|18<<16, i*1024)
+	b := base.As4()
+	return realNetwork{
+		Block:  netip.PrefixFrom(base, 22),
+		Subnet: netip.PrefixFrom(base, 24),
+		Uplink: netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2] + 3, 252}), 30),
+	}
+}
+
+// gateway is where the machines reach the host's services.
+func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next() }
+
+// cloudArgs are `cloud serve`'s flags for real machines: the subnet as its
+// node pool, the uplink, the pod range routed into the VPC, every range
+// covered on the host (the Service range too: nothing answers it outside
+// the nodes), kube-apiserver at the gateway, upstream's images public.
+func (n realNetwork) cloudArgs(apiServerHost string) []string {
+	return []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
+		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
+		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
+		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/"}
+}
+
+// realNodesUnavailable says why this machine cannot run real nodes, and
+// what to change ("" when it can).
+func realNodesUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "real nodes need root (network and mount namespaces, cgroups): run as root, or use --node-mode=simulated"
+	}
+	for _, t := range []string{"ip", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(t); err != nil {
+			return t + " not found: install iproute2 and util-linux, or use --node-mode=simulated"
+		}
+	}
+	for _, t := range []string{tools.Runc, tools.Nft} {
+		if _, err := tools.SystemPath(t); err != nil {
+			return err.Error()
+		}
+	}
+	if fs, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(fs), "overlay") {
+		return "the kernel has no overlay filesystem (containerd's snapshotter): load the overlay module, or use --node-mode=simulated"
+	}
+	dir, err := tools.BinDir()
+	if err != nil {
+		return err.Error()
+	}
+	if _, err := tools.FindNodeBinaries(dir); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// startRealNodes boots node-1 … node-n as real machines of the local
+// cloud: each instance's user data (cluster CA, kube-apiserver at the
+// gateway, a bootstrap token, kube-proxy's credential, the registry
+// mirror) boots containerd, kubelet and kube-proxy in it; the kubelets
+// TLS-bootstrap and register their Nodes, which the CCM then initializes.
+func startRealNodes(n int) func(context.Context, *stack, *environment) error {
+	return func(ctx context.Context, s *stack, env *environment) error {
+		regions, err := env.cloudClient.Regions(ctx)
+		if err != nil || len(regions) == 0 || len(regions[0].Zones) == 0 {
+			return fmt.Errorf("the local cloud lists no zones (%v)", err)
+		}
+		zones := regions[0].Zones[:min(zonesUsed, len(regions[0].Zones))]
+		binDir, err := tools.BinDir()
+		if err != nil {
+			return err
+		}
+		bins, err := tools.FindNodeBinaries(binDir)
+		if err != nil {
+			return err
+		}
+		imgs, err := nodeimages.Build(binDir)
+		if err != nil {
+			return err
+		}
+		pushed, err := nodeimages.PushServed(ctx, env.cloudClient, imgs)
+		if err != nil {
+			return err
+		}
+		names := make([]string, len(pushed))
+		for i, p := range pushed {
+			names[i] = p.Name
+		}
+		s.p.step("nodes", "images built from source and pushed to the cloud's registry: %s", strings.Join(names, ", "))
+		userData, err := realUserData(ctx, env, bins)
+		if err != nil {
+			return err
+		}
+		if err := ensureRealInstances(ctx, env, n, zones, userData); err != nil {
+			return err
+		}
+		s.p.step("nodes", "%d real machines booting in the cloud's VPC %s (containerd, kubelet, kube-proxy each; logs in %s)",
+			n, env.realNet.Subnet, filepath.Join(env.cloud(), "machines", "<instance>", "log"))
+		return waitRealNodesRegistered(ctx, s, env)
+	}
+}
+
+// realUserData is every machine's user data: the cluster's parts only.
+func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries) (string, error) {
+	shared := env.nodesShared()
+	if err := os.MkdirAll(shared, 0o700); err != nil {
+		return "", err
+	}
+	token, err := realnode.EnsureBootstrap(ctx, env.client, 24*time.Hour)
+	if err != nil {
+		return "", err
+	}
+	kp, err := env.cp.IssueClientCert("kube-proxy", "system:kube-proxy")
+	if err != nil {
+		return "", err
+	}
+	apiURL := "https://" + netip.AddrPortFrom(env.realNet.gateway(), apiServerGatewayPort).String()
+	ca := filepath.Join(shared, "ca.crt")
+	files := map[string][]byte{"ca.crt": env.cp.CAPEM(), "kube-proxy.crt": kp.CertPEM, "kube-proxy.key": kp.KeyPEM,
+		"kube-proxy.kubeconfig": []byte(realnode.KubeProxyKubeconfig(apiURL, ca, filepath.Join(shared, "kube-proxy.crt"), filepath.Join(shared, "kube-proxy.key")))}
+	for f, data := range files {
+		if err := os.WriteFile(filepath.Join(shared, f), data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	reg, err := os.ReadFile(filepath.Join(env.cloud(), server.RegistryVPCEndpointFile))
+	if err != nil {
+		return "", fmt.Errorf("the cloud serves no registry to its VPC: %w", err)
+	}
+	c := realnode.BootConfig{
+		Bin: realnode.Binaries{Kubelet: bins.Kubelet, KubeProxy: bins.KubeProxy, Containerd: bins.Containerd, Shim: bins.ContainerdShimRuncV2,
+			Runc: bins.Runc, CNIDir: bins.CNIBinDir},
+		APIServer: apiURL, CAFile: ca, BootstrapToken: token, KubeProxyKubeconfig: filepath.Join(shared, "kube-proxy.kubeconfig"),
+		ClusterCIDR: ClusterCIDR, ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage,
+		Mirrors:    map[string]string{"registry.k8s.io": "http://" + strings.TrimSpace(string(reg))},
+		NodeLabels: map[string]string{LabelMachine: "real"},
+	}
+	data, err := json.Marshal(c)
+	return string(data), err
+}
+
+// ensureRealInstances keeps real instances of an earlier run (they boot
+// again with the cloud), removes simulated ones and their Nodes, and
+// creates the missing node-i with user data.
+func ensureRealInstances(ctx context.Context, env *environment, n int, zones []string, userData string) error {
+	existing, err := env.cloudClient.ListInstances(ctx, "")
+	if err != nil {
+		return err
+	}
+	byName := map[string]api.Instance{}
+	var stale []string
+	for _, inst := range existing {
+		if inst.Labels[LabelSimulated] == "true" {
+			if err := env.cloudClient.DeleteInstance(ctx, inst.ID); err != nil {
+				return fmt.Errorf("delete simulated machine %s of an earlier run: %w", inst.Name, err)
+			}
+			stale = append(stale, inst.Name)
+			continue
+		}
+		byName[inst.Name] = inst
+	}
+	if err := nodesim.New(env.client, concurrency).Delete(ctx, stale); err != nil {
+		return fmt.Errorf("delete the simulated nodes of an earlier run: %w", err)
+	}
+	env.nodes = make([]nodeInfo, n)
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(ctx, 4, n, func(i int) {
+		name, zone := nodeName(i), zones[i%len(zones)]
+		inst, ok := byName[name]
+		if !ok {
+			created, err := env.cloudClient.CreateInstance(ctx, api.CreateInstanceRequest{Name: name, Zone: zone,
+				Labels: map[string]string{LabelMachine: "real"}, UserData: userData})
+			if err != nil {
+				errs[i] = fmt.Errorf("create machine %s: %w", name, err)
+				return
+			}
+			inst = *created
+		}
+		ip, err := instanceIPv4(inst)
+		env.nodes[i], errs[i] = nodeInfo{name: name, zone: inst.Zone, ip: ip}, err
+	})
+	return firstError(ctx, errs)
+}
+
+// waitRealNodesRegistered waits until every machine's kubelet registered
+// its Node.
+func waitRealNodesRegistered(ctx context.Context, s *stack, env *environment) error {
+	began := time.Now()
+	for {
+		missing := ""
+		for _, n := range env.nodes {
+			if _, err := env.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
+				missing = n.name
+				break
+			}
+		}
+		if missing == "" {
+			s.p.step("nodes", "%d kubelets TLS-bootstrapped and registered in %.1fs", len(env.nodes), time.Since(began).Seconds())
+			return nil
+		}
+		if time.Since(began) > 3*time.Minute {
+			return fmt.Errorf("node %s did not register within 3 minutes (see %s)", missing, filepath.Join(env.cloud(), "machines"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// nodeSelector selects the Nodes `up` made.
+func (env *environment) nodeSelector() string {
+	if env.realNodes {
+		return LabelMachine + "=real"
+	}
+	return LabelSimulated + "=true"
+}
