@@ -33,7 +33,7 @@ func newUpCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&opts.ConsoleReadWrite, "console-read-write", false, "print a read-write web console link (one that can set faults) instead of a read-only one")
 	cmd.Flags().IntVar(&opts.CCMReplicas, "ccm-replicas", 1, fmt.Sprintf("number of CCMs; more than one elect a leader, as a highly available CCM (at most %d)", devenv.MaxCCMReplicas))
 	cmd.Flags().StringVar(&opts.CCMBinary, "ccm-binary", "", "run this cloud-controller-manager binary instead of `portside ccm`, with upstream's flags (e.g. upstream's own built with the local provider, as the conformance suite compares; see docs/conformance.md)")
-	cmd.Flags().StringVar(&opts.NodeMode, "node-mode", devenv.NodeModeSimulated, "simulated: nodes are registered Node objects with kube-proxy stand-ins (thousands fit); real: each node is a real machine of the local cloud (its own network and mount namespaces and cgroups) running containerd, kubelet and kube-proxy, with real pods (needs root; see docs/local-cloud.md)")
+	cmd.Flags().StringVar(&opts.NodeMode, "node-mode", devenv.NodeModeSimulated, "simulated: nodes are registered Node objects with kube-proxy stand-ins (thousands fit); auto: real where the machine allows it, else simulated saying why; real: each node is a real machine of the local cloud (its own network and mount namespaces and cgroups) running containerd, kubelet and kube-proxy, with real pods (needs root; see docs/local-cloud.md)")
 	cmd.Flags().BoolVar(&opts.NetworkProxy, "network-proxy", true, "send kube-apiserver's cluster egress (logs, exec, port-forward, node proxy) through portside proxy-server and one proxy-agent per zone, as konnectivity does (about 0.4 s more start-up; --network-proxy=false sends it directly)")
 	return cmd
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/proc"
 )
 
@@ -74,12 +75,18 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}
 	switch opts.NodeMode {
 	case "", NodeModeSimulated:
+	case NodeModeAuto:
+		opts.NodeMode = NodeModeReal
+		if why := realNodesUnavailable(); why != "" {
+			opts.NodeMode = NodeModeSimulated
+			fmt.Fprintf(opts.Out, "simulated nodes: %s\n", why)
+		}
 	case NodeModeReal:
 		if why := realNodesUnavailable(); why != "" {
 			return fmt.Errorf("--node-mode=real: %s", why)
 		}
 	default:
-		return fmt.Errorf("--node-mode %q: want %s or %s", opts.NodeMode, NodeModeReal, NodeModeSimulated)
+		return fmt.Errorf("--node-mode %q: want %s, %s or %s", opts.NodeMode, NodeModeReal, NodeModeSimulated, NodeModeAuto)
 	}
 	l, err := newLayout(opts.DataDir)
 	if err != nil {
@@ -206,6 +213,11 @@ func Down(ctx context.Context, dataDir string, purge bool, out io.Writer) error 
 		}
 	default:
 		fmt.Fprintf(out, "no portside up is running with data directory %s\n", dataDir)
+	}
+	// Real machines of an `up` that was killed (kill -9): their sandboxes
+	// and the VPC, by the cloud's records.
+	if err := hypervisor.Down(ctx, layout{dir: dir}.machines()); err != nil {
+		return fmt.Errorf("removing the real machines an earlier run left: %w", err)
 	}
 	if purge {
 		msg, err := removeDataDir(dir)

@@ -29,6 +29,9 @@ import (
 const (
 	NodeModeSimulated = "simulated"
 	NodeModeReal      = "real"
+	// NodeModeAuto is real where the machine allows it, else simulated
+	// with one line saying why (make demo's choice).
+	NodeModeAuto = "auto"
 )
 
 // LabelMachine marks the Nodes of real machines `up` made (kubelet sets
@@ -52,6 +55,10 @@ type realNetwork struct {
 
 func (l layout) realNetworkFile() string { return filepath.Join(l.dir, "real-network.json") }
 func (l layout) nodesShared() string     { return filepath.Join(l.dir, "nodes") }
+
+// machines is the cloud's hypervisor directory (cli's cloud serve puts it
+// at <cloud data dir>/machines).
+func (l layout) machines() string { return filepath.Join(l.cloud(), "machines") }
 
 func loadRealNetwork(l layout) (realNetwork, error) {
 	var n realNetwork

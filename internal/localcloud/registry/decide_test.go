@@ -89,11 +89,11 @@ func TestPublicRead(t *testing.T) {
 		{"GET", "/v2/e2e-test-images/manifests/x", false}, // the prefix names repositories below it
 		{"GET", "/v2/pause2/manifests/1", false},
 		{"GET", "/v2/portside/hello/manifests/1.0", false}, // private
-		{"PUT", "/v2/pause/manifests/3.10.2", false},      // pushing needs a credential
+		{"PUT", "/v2/pause/manifests/3.10.2", false},       // pushing needs a credential
 		{"POST", "/v2/pause/blobs/uploads/", false},
 		{"DELETE", "/v2/pause/manifests/3.10.2", false},
-		{"GET", "/v2/", false},            // the ping stays authenticated
-		{"GET", "/v2/_catalog", false},    // and the catalog
+		{"GET", "/v2/", false},         // the ping stays authenticated
+		{"GET", "/v2/_catalog", false}, // and the catalog
 		{"GET", "/v2/pause/tags/list", false},
 		{"GET", "/v2/pause/manifests/", false},
 		{"GET", "/v2/PAUSE/manifests/1", false}, // outside the grammar
