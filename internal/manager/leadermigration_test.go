@@ -9,7 +9,12 @@ import (
 )
 
 func TestSplitForMigrationMatchesUpstreamNames(t *testing.T) {
-	own, migrated, unowned := SplitForMigration(DefaultControllers(), DefaultMigrationConfig())
+	// What --controllers=* enables, as the CCM splits it (run.go).
+	star, err := EnabledControllers([]string{"*"}, DefaultControllers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, migrated, unowned := SplitForMigration(star, DefaultMigrationConfig())
 	// Upstream's default config names route-controller and service-controller
 	// (KCM-era names) and cloud-node-lifecycle-controller, all with "*".
 	if got := controllerNames(migrated); !slices.Equal(got, []string{"cloud-node-lifecycle-controller", "service-lb-controller", "node-route-controller"}) {
@@ -23,7 +28,7 @@ func TestSplitForMigrationMatchesUpstreamNames(t *testing.T) {
 	}
 	cfg := DefaultMigrationConfig()
 	cfg.ControllerLeaders = []ControllerLeader{{Name: "service", Component: "kube-controller-manager"}, {Name: "cloud-node-controller", Component: "cloud-controller-manager"}}
-	own, migrated, unowned = SplitForMigration(DefaultControllers(), cfg)
+	own, migrated, unowned = SplitForMigration(star, cfg)
 	if !slices.Equal(unowned, []string{"service-lb-controller"}) || !slices.Equal(controllerNames(migrated), []string{"cloud-node-controller"}) || len(own) != 3 {
 		t.Errorf("own %v migrated %v unowned %v", controllerNames(own), controllerNames(migrated), unowned)
 	}
