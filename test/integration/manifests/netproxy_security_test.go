@@ -66,8 +66,8 @@ func TestNetworkProxyManifestsExposeLittle(t *testing.T) {
 		}
 	}
 
-	// The agent is in the pod network: the kubelet probes its pod IP, so
-	// its health port cannot be loopback; its admin port (pprof) is.
+	// The agent's admin port (pprof) is loopback; its health port too
+	// (TestProxyAgentHealthOnLoopback, with the exec probe).
 	ds := &appsv1.DaemonSet{}
 	decodeOne(t, filepath.Join(netproxyDeployDir, "proxy-agent.yaml"), ds)
 	if v := flagValue(ds.Spec.Template.Spec.Containers[0].Command, "--admin-bind-address"); !isLoopback(v) {
