@@ -105,6 +105,9 @@ func Up(ctx context.Context, opts Options) (err error) {
 	s := &stack{p: p}
 	defer func() {
 		s.stopAll()
+		if opts.NodeMode == NodeModeReal {
+			removeMachines(context.WithoutCancel(ctx), p, l)
+		}
 		if opts.Purge {
 			msg, err := removeDataDir(l.dir)
 			if err != nil {

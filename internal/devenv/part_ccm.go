@@ -162,6 +162,11 @@ func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string
 	args := func() []string {
 		a := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...)
 		if env.ccmBinary == "" {
+			if env.realNodes {
+				// Real kubelets ask for serving certificates by CSR: the
+				// approver checks each against the cloud's instance.
+				a = append(a, "--controllers=*,node-serving-csr-approver")
+			}
 			return a
 		}
 		// No "ccm" subcommand, and no node IPAM flags (kube-controller-manager

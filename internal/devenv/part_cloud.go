@@ -101,7 +101,7 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
-	s.pushProcess("local cloud", p, 10*time.Second)
+	s.pushProcess("local cloud", p, cloudGrace(env))
 	endpoint, err := waitFile(ctx, p, endpointFile, 30*time.Second)
 	if err != nil {
 		return processError(err, p)
@@ -138,7 +138,7 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 		return next, nil
 	}
 	s.pop() // from here on it is supervised
-	s.pushSupervised(supervise(s.p, "local cloud", "local cloud", p, 10*time.Second, restart))
+	s.pushSupervised(supervise(s.p, "local cloud", "local cloud", p, cloudGrace(env), restart))
 	s.p.step("local cloud", "serving at %s (pid %d; region %s, zones %s)", endpoint, p.PID(), regions[0].Name, strings.Join(regions[0].Zones, ", "))
 	return nil
 }

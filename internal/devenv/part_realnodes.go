@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/internal/nodesim"
@@ -215,29 +216,29 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 	return string(data), err
 }
 
-// ensureRealInstances keeps real instances of an earlier run (they boot
-// again with the cloud), removes simulated ones and their Nodes, and
-// creates the missing node-i with user data.
+// ensureRealInstances replaces the machines of an earlier run (simulated
+// or real) and their Nodes with n fresh real ones: the control plane's
+// certificates are new at every start, so an earlier machine's kubelet
+// credentials would not be accepted.
 func ensureRealInstances(ctx context.Context, env *environment, n int, zones []string, userData string) error {
 	existing, err := env.cloudClient.ListInstances(ctx, "")
 	if err != nil {
 		return err
 	}
-	byName := map[string]api.Instance{}
 	var stale []string
 	for _, inst := range existing {
-		if inst.Labels[LabelSimulated] == "true" {
-			if err := env.cloudClient.DeleteInstance(ctx, inst.ID); err != nil {
-				return fmt.Errorf("delete simulated machine %s of an earlier run: %w", inst.Name, err)
-			}
-			stale = append(stale, inst.Name)
-			continue
+		if inst.Labels[LabelSimulated] != "true" && inst.Labels[LabelMachine] != "real" {
+			continue // not up's
 		}
-		byName[inst.Name] = inst
+		if err := env.cloudClient.DeleteInstance(ctx, inst.ID); err != nil {
+			return fmt.Errorf("delete machine %s of an earlier run: %w", inst.Name, err)
+		}
+		stale = append(stale, inst.Name)
 	}
 	if err := nodesim.New(env.client, concurrency).Delete(ctx, stale); err != nil {
-		return fmt.Errorf("delete the simulated nodes of an earlier run: %w", err)
+		return fmt.Errorf("delete the nodes of an earlier run: %w", err)
 	}
+	byName := map[string]api.Instance{}
 	env.nodes = make([]nodeInfo, n)
 	errs := make([]error, n)
 	workqueue.ParallelizeUntil(ctx, 4, n, func(i int) {
@@ -291,4 +292,22 @@ func (env *environment) nodeSelector() string {
 		return LabelMachine + "=real"
 	}
 	return LabelSimulated + "=true"
+}
+
+// cloudGrace is how long the cloud gets to stop: with real machines it
+// powers each off (kubelet, kube-proxy, containerd stopped in order, then
+// every process of the machine) and removes the sandboxes and the VPC.
+func cloudGrace(env *environment) time.Duration {
+	if env.realNodes {
+		return 90 * time.Second
+	}
+	return 10 * time.Second
+}
+
+// removeMachines removes what a cloud that did not stop cleanly (killed)
+// left of its real machines, by its records: `up`'s last step.
+func removeMachines(ctx context.Context, p *progress, l layout) {
+	if err := hypervisor.Down(ctx, l.machines()); err != nil {
+		p.step("shutdown", "real machines left behind: %v (run `portside down`)", err)
+	}
 }

@@ -144,7 +144,8 @@ func TestCloudMachines(t *testing.T) {
 	if err := cc.DeleteInstance(context.Background(), inst.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(vpc.NetnsPath("ps-" + strings.TrimPrefix(inst.ID, "i-"))); err == nil {
+	id := vpc.IDFor(must(filepath.Abs(filepath.Join(cloudDir, "machines"))))
+	if _, err := os.Stat(vpc.NetnsPath("ps-" + id + "-" + strings.TrimPrefix(inst.ID, "i-"))); err == nil {
 		t.Error("the deleted instance's network namespace is still there")
 	}
 
@@ -160,8 +161,7 @@ func TestCloudMachines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := vpc.IDFor(must(filepath.Abs(filepath.Join(cloudDir, "machines"))))
-	mine := []string{"ps" + id, r.Subnet.Addr().String()[:strings.LastIndex(r.Subnet.Addr().String(), ".")+1], "/ps-"}
+	mine := []string{"ps" + id, r.Subnet.Addr().String()[:strings.LastIndex(r.Subnet.Addr().String(), ".")+1], "/ps-" + id}
 	if d := hostsnap.Diff(before.Mentioning(mine...), after.Mentioning(mine...)); d != "" {
 		t.Errorf("the host differs after the cloud stopped:\n%s", d)
 	}

@@ -196,7 +196,9 @@ func (h *Hypervisor) Boot(ctx context.Context, inst api.Instance, userData strin
 		if err != nil {
 			return err
 		}
-		m, err = machine.Create(ctx, h.nw, machine.Config{Name: inst.Name, ID: strings.TrimPrefix(inst.ID, "i-"), Index: idx, Addr: addr,
+		// The machine's namespace and cgroup names carry the VPC's ID: two
+		// clouds on one host both have an i-00000001.
+		m, err = machine.Create(ctx, h.nw, machine.Config{Name: inst.Name, ID: h.opts.VPC.ID + "-" + strings.TrimPrefix(inst.ID, "i-"), Index: idx, Addr: addr,
 			Dir: filepath.Join(h.opts.Dir, inst.ID)})
 		if err != nil {
 			return err

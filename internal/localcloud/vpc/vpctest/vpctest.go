@@ -21,7 +21,9 @@ import (
 
 // Ranges is one test VPC's address plan: a /22 of 198.18.0.0/15 (reserved
 // for benchmarking, never routed on the internet) split into the machines'
-// subnet, VIPs and the uplink, and a /20 of 10.240.0.0/12 for pod CIDRs.
+// subnet, VIPs and the uplink, and a /20 of 10.208.0.0/12 for pod CIDRs
+// (apart from `portside up`'s 10.244.0.0/16 and 10.96.0.0/16, so tests run
+// beside a real-node `up`).
 type Ranges struct {
 	Block, Subnet, VIPs, Uplink, Pods netip.Prefix
 }
@@ -32,9 +34,9 @@ func Pick() Ranges {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	n := binary.BigEndian.Uint32(b[:])
-	i, j := n%128, (n/128)%256 // 128 /22s in 198.18.0.0/15; 256 /20s in 10.240.0.0/12
+	i, j := n%128, (n/128)%256 // 128 /22s in 198.18.0.0/15; 256 /20s in 10.208.0.0/12
 	base := netip.AddrFrom4([4]byte{198, 18 + byte(i/64), byte((i % 64) * 4), 0})
-	pods := netip.AddrFrom4([4]byte{10, 240 + byte(j/16), byte((j % 16) * 16), 0})
+	pods := netip.AddrFrom4([4]byte{10, 208 + byte(j/16), byte((j % 16) * 16), 0})
 	at := func(third, fourth byte, bits int) netip.Prefix {
 		a := base.As4()
 		a[2] += third

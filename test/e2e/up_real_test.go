@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portside-io/portside/internal/hostsnap"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
+	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+)
+
+// TestUpRealNodes runs `portside up --node-mode=real` as a user would: two
+// real machines of the local cloud join, the CCM initializes them, the
+// demo's ETP=Local load balancer is answered by real pods through the VIP
+// and follows a scale-down; `kubectl logs` of a real container goes through
+// the network proxy to a kubelet serving a certificate of the cluster CA
+// (its CSR approved against the cloud's instance). It then shows the machine is left as found:
+// after --once, and after a kill -9 of a running `up` followed by
+// `portside down` (links, addresses, routes of every table, rules, network
+// namespaces, mounts, cgroups and firewall rulesets of this environment;
+// host sysctls and firewall rulesets as a whole).
+func TestUpRealNodes(t *testing.T) {
+	vpctest.RequireRoot(t)
+	bin, root := buildPortside(t)
+	data := filepath.Join(t.TempDir(), "up")
+	// Whatever fails, nothing of this environment outlives the test.
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
+			t.Errorf("portside down: %v\n%s", err, out)
+		}
+	})
+	before, err := hostsnap.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "up", "--node-mode=real", "--nodes=2", "--once", "--data-dir", data)
+	cmd.Dir = root
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("portside up --node-mode=real --once (%v):\n%s", time.Since(began).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("portside up: %v", err)
+	}
+	for _, want := range []string{
+		"images built from source and pushed to the cloud's registry: registry.k8s.io/pause:",
+		"2 real machines booting in the cloud's VPC",
+		"2 kubelets TLS-bootstrapped and registered",
+		"2/2 initialized by the ccm",
+		"1 pod ready on node-",
+		// kube-apiserver → proxy-server → agent → a real kubelet, whose
+		// serving certificate the CCM's approver let the cluster CA sign.
+		"through proxy-server and agent-zone-",
+		"stopping local cloud (pid",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`GET http://\S+:8080/hostname → 200 OK from (node-\d): "hello-`).FindSubmatch(out); m == nil {
+		t.Errorf("output shows no request through the VIP answered by a real pod")
+	}
+	mine := environmentMarks(t, data)
+	checkHostAsFound(t, "after up --once", before, mine)
+
+	// A running up killed with -9: its machines are left; down removes them.
+	up, upOut, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--network-proxy=false", "--data-dir", data)
+	if !strings.Contains(upOut.String(), "1 kubelets TLS-bootstrapped and registered") {
+		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
+	}
+	_ = up.Process.Signal(syscall.SIGKILL)
+	<-done
+	downOut, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
+	if err != nil {
+		t.Fatalf("portside down after kill -9: %v\n%s", err, downOut)
+	}
+	checkHostAsFound(t, "after kill -9 of up and portside down", before, mine)
+	assertNoProcessesUsing(t, data)
+}
+
+// environmentMarks are strings every kernel object of the environment's
+// real machines carries: its VPC's ID (links, namespaces, cgroups) and its
+// subnet (addresses, routes).
+func environmentMarks(t *testing.T, data string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(data, "real-network.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n struct{ Subnet string }
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(filepath.Join(data, "cloud", "machines"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subnet := n.Subnet[:strings.LastIndex(n.Subnet, ".")+1]
+	return []string{"ps" + vpc.IDFor(abs), "ps-" + vpc.IDFor(abs), subnet, "10.244.", "10.96."}
+}
+
+func checkHostAsFound(t *testing.T, when string, before hostsnap.Snapshot, mine []string) {
+	t.Helper()
+	after, err := hostsnap.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := hostsnap.Diff(before.Mentioning(mine...), after.Mentioning(mine...)); d != "" {
+		t.Errorf("%s: the host differs:\n%s", when, d)
+	}
+	whole := func(s hostsnap.Snapshot) hostsnap.Snapshot {
+		return hostsnap.Snapshot{"sysctl": s["sysctl"], "nft": s["nft"], "iptables-save": s["iptables-save"], "ip6tables-save": s["ip6tables-save"]}
+	}
+	if d := hostsnap.Diff(whole(before), whole(after)); d != "" {
+		t.Errorf("%s: host sysctls or firewall rules changed:\n%s", when, d)
+	}
+}
