@@ -64,8 +64,8 @@ test: tools browser node-packages ## Run all tests, integration against a real k
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
 .PHONY: demo
-demo: tools build node-packages ## Run the local environment (portside up); Ctrl-C stops it
-	$(BIN) up $(DEMO_FLAGS)
+demo: tools build node-packages ## Run the local environment (portside up, real nodes where the machine allows it); Ctrl-C stops it
+	$(BIN) up --node-mode=auto $(DEMO_FLAGS)
 
 .PHONY: bench
 bench: tools ## Run the benchmarks
