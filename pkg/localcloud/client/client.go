@@ -24,8 +24,10 @@ import (
 
 // Client talks to one local cloud.
 type Client struct {
-	endpoint  string
-	token     string
+	endpoint string
+	token    string
+	// tokenFile, when set, gives the token instead (NewWithTokenFile).
+	tokenFile *fileToken
 	userAgent string
 	http      *http.Client
 }
@@ -110,7 +112,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if c.tokenFile != nil {
+		token = c.tokenFile.get()
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("User-Agent", c.userAgent)
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -83,7 +83,8 @@ func NewFromConfig(cfg Config) (*Provider, error) {
 			cfg.TokenFile = filepath.Join(cfg.DataDir, "token")
 		}
 	}
-	if cfg.Token == "" && cfg.TokenFile != "" {
+	fromFile := cfg.Token == "" && cfg.TokenFile != ""
+	if fromFile {
 		tok, err := client.ReadTokenFile(cfg.TokenFile) // refused if others may read it
 		if err != nil {
 			return nil, fmt.Errorf("tokenFile: %w", err)
@@ -93,7 +94,16 @@ func NewFromConfig(cfg Config) (*Provider, error) {
 	if cfg.Endpoint == "" || cfg.Token == "" {
 		return nil, errors.New("--cloud-config must give endpoint and token (or tokenFile), or dataDir")
 	}
-	p := New(client.New(cfg.Endpoint, cfg.Token))
+	c := client.New(cfg.Endpoint, cfg.Token)
+	if fromFile {
+		// The file is read again when it changes: a token rotated in the
+		// cloud (SIGHUP) reaches the CCM without a restart.
+		var err error
+		if c, err = client.NewWithTokenFile(cfg.Endpoint, cfg.TokenFile); err != nil {
+			return nil, fmt.Errorf("tokenFile: %w", err)
+		}
+	}
+	p := New(c)
 	p.dualStack = cfg.DualStack
 	return p, nil
 }
