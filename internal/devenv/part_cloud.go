@@ -112,11 +112,12 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 		return processError(err, p)
 	}
 	env.registryHost = strings.TrimSpace(string(registryHost))
-	token, err := client.ReadTokenFile(filepath.Join(env.cloud(), server.TokenFile))
+	// Read again when it changes: a token rotated in the cloud (SIGHUP).
+	cc, err := client.NewWithTokenFile(endpoint, filepath.Join(env.cloud(), server.TokenFile))
 	if err != nil {
 		return err
 	}
-	env.cloudClient, env.cloudEndpoint, env.vipPool = client.New(endpoint, token), endpoint, net.VIPPool
+	env.cloudClient, env.cloudEndpoint, env.vipPool = cc, endpoint, net.VIPPool
 	regions, err := env.cloudClient.Regions(ctx)
 	if err != nil {
 		return processError(err, p)
