@@ -18,6 +18,7 @@ type machineFlags struct {
 	mode          string
 	uplink        string
 	routed, cover []string
+	local         []string
 	expose        []string
 }
 
@@ -25,6 +26,7 @@ func (m *machineFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&m.mode, "machines", "none", "none: instances are records; real: instances created with user data boot as real machines (network and mount namespaces, nested cgroups) in the cloud's VPC, whose subnet is --node-pool (needs root)")
 	fl.StringVar(&m.uplink, "vpc-uplink", "", "with --machines=real: the host↔VPC-router link, an IPv4 /30 inside a --vpc-cover range")
 	fl.StringSliceVar(&m.routed, "vpc-route", nil, "with --machines=real: more ranges the host sends into the VPC (pod CIDRs, VIPs); repeatable")
+	fl.StringSliceVar(&m.local, "vpc-local", nil, "with --machines=real: a --vpc-route range the VPC router owns whole (the load balancers' VIPs, which the cloud then serves in the router, for the host and the machines alike); repeatable")
 	fl.StringSliceVar(&m.expose, "vpc-expose", nil, "with --machines=real: <port>=<host:port> serves a loopback service of the host to the machines at the VPC gateway's port (kube-apiserver, say); repeatable")
 	fl.StringSliceVar(&m.cover, "vpc-cover", nil, "with --machines=real: ranges covered by unreachable routes on the host, so no packet for them leaves the machine; they must contain --node-pool, --vpc-uplink and every --vpc-route; repeatable")
 }
@@ -61,6 +63,10 @@ func (m *machineFlags) options(dataDir string, nodePool netip.Prefix) (*hypervis
 	if err != nil {
 		return nil, err
 	}
+	local, err := parse("--vpc-local", m.local)
+	if err != nil {
+		return nil, err
+	}
 	if len(cover) == 0 {
 		return nil, fmt.Errorf("--vpc-cover is required with --machines=real: name the ranges to cover with unreachable routes (at least --node-pool %s and --vpc-uplink %s)", nodePool, up)
 	}
@@ -81,6 +87,6 @@ func (m *machineFlags) options(dataDir string, nodePool netip.Prefix) (*hypervis
 		ID:     vpc.IDFor(dir),
 		Subnet: vpc.Range{Prefix: nodePool, Flag: "--node-pool"},
 		Uplink: vpc.Range{Prefix: up, Flag: "--vpc-uplink"},
-		Routed: routed, Covered: cover,
+		Routed: routed, Covered: cover, Local: local,
 	}, Expose: expose}, nil
 }

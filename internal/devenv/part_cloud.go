@@ -71,11 +71,11 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
-	nodePool := net.NodePool
+	nodePool, vipPool := net.NodePool, net.VIPPool
 	if env.realNodes {
-		nodePool = env.realNet.Subnet
+		nodePool, vipPool = env.realNet.Subnet, env.realNet.VIPs
 	}
-	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), net.VIPPool, nodePool)
+	s.p.step("local cloud", "starting (state in %s, VIPs %s, node addresses %s)", env.cloud(), vipPool, nodePool)
 	args := func(listen, registryListen string) []string {
 		return []string{"cloud", "serve",
 			"--data-dir=" + env.cloud(), "--listen=" + listen, "--registry-listen=" + registryListen,
@@ -117,7 +117,7 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 	if err != nil {
 		return err
 	}
-	env.cloudClient, env.cloudEndpoint, env.vipPool = cc, endpoint, net.VIPPool
+	env.cloudClient, env.cloudEndpoint, env.vipPool = cc, endpoint, vipPool
 	regions, err := env.cloudClient.Regions(ctx)
 	if err != nil {
 		return processError(err, p)

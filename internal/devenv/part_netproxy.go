@@ -153,6 +153,10 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 			"--ca-cert=" + env.cp.CAFile(), "--agent-cert=" + cert.CertFile, "--agent-key=" + cert.KeyFile,
 			"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(ports[0]),
 			"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(ports[1]),
+			// An agent stops only when the environment stops: its tunnels
+			// (kube-apiserver's idle connections to kubelets among them)
+			// get a moment, not the open-ended drain of a rolling restart.
+			"--drain-timeout=1s",
 		}
 		logPath := filepath.Join(env.logs(), "proxy-"+id+".log")
 		run := func() (*proc.Process, error) {

@@ -51,6 +51,8 @@ const apiServerGatewayPort = 6443
 type realNetwork struct {
 	Block  netip.Prefix `json:"block"`
 	Subnet netip.Prefix `json:"subnet"`
+	// VIPs are the load balancers' addresses, owned by the VPC router.
+	VIPs   netip.Prefix `json:"vips"`
 	Uplink netip.Prefix `json:"uplink"`
 }
 
@@ -64,7 +66,7 @@ func (l layout) machines() string { return filepath.Join(l.cloud(), "machines") 
 func loadRealNetwork(l layout) (realNetwork, error) {
 	var n realNetwork
 	if data, err := os.ReadFile(l.realNetworkFile()); err == nil {
-		if err := json.Unmarshal(data, &n); err != nil || !n.Block.IsValid() || !n.Subnet.IsValid() || !n.Uplink.IsValid() {
+		if err := json.Unmarshal(data, &n); err != nil || !n.Block.IsValid() || !n.Subnet.IsValid() || !n.Uplink.IsValid() || !n.VIPs.IsValid() {
 			return n, fmt.Errorf("%s is damaged (%v): remove it", l.realNetworkFile(), err)
 		}
 		return n, nil
@@ -84,6 +86,7 @@ func realNetworkAt(i uint32) realNetwork {
 	return realNetwork{
 		Block:  netip.PrefixFrom(base, 22),
 		Subnet: netip.PrefixFrom(base, 24),
+		VIPs:   netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2] + 1, 0}), 24),
 		Uplink: netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2] + 3, 252}), 30),
 	}
 }
@@ -97,6 +100,7 @@ func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next
 // the nodes), kube-apiserver at the gateway, upstream's images public.
 func (n realNetwork) cloudArgs(apiServerHost string) []string {
 	return []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
+		"--vip-pool=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(),
 		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
 		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
 		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/"}

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/portside-io/portside/internal/controlplane"
@@ -58,7 +60,7 @@ func TestCloudMachines(t *testing.T) {
 		"--machines=real", "--node-pool", r.Subnet.String(), "--vpc-uplink", r.Uplink.String(),
 		"--vpc-route", r.Pods.String(), "--vpc-cover", r.Block.String(), "--vpc-cover", r.Pods.String(),
 		"--vpc-expose", "6443=" + apiHost, "--registry-public-prefix", "pause", "--registry-public-prefix", "e2e-test-images/",
-		"--vip-pool", "127.240.0.0/24", "-v=2"}
+		"--vip-pool", r.VIPs.String(), "--vpc-route", r.VIPs.String(), "--vpc-local", r.VIPs.String(), "-v=2"}
 	portside := testbin.Portside(t)
 	cloud := startCloudProcess(t, portside, args, cloudDir)
 	cc := cloudClient(t, cloudDir)
@@ -114,6 +116,43 @@ func TestCloudMachines(t *testing.T) {
 	url := "http://" + pod.Status.PodIP + ":8080/hostname"
 	if got := httpGet(t, url); got != pod.Name {
 		t.Errorf("GET %s = %q, want %q", url, got, pod.Name)
+	}
+
+	// A load balancer of the cloud on a VIP of its VPC, to the pod's
+	// NodePort: answered from the host and from inside a pod (the VIP is
+	// the VPC router's, not a loopback address of the host).
+	svc, err := kube.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb-target"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": pod.Name},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := cc.PutLoadBalancer(context.Background(), "lb-"+name, api.LoadBalancerSpec{Cluster: "test",
+		Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 80, BackendPort: int(svc.Spec.Ports[0].NodePort)}},
+		Backends:  []api.Backend{{Name: name, Address: n.addr.String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.MustParseAddr(lb.VIPs[0])
+	if !r.VIPs.Contains(vip) {
+		t.Errorf("VIP %s is not from the VPC's VIP range %s", vip, r.VIPs)
+	}
+	vipURL := "http://" + vip.String() + "/hostname"
+	testenv.Eventually(t, time.Minute, "the VIP answered from the host", func() (bool, string) {
+		got, err := tryGet(vipURL)
+		return err == nil && got == pod.Name, fmt.Sprintf("%q %v", got, err)
+	})
+	// No CCM here to approve the kubelet's serving certificate (`up` runs
+	// node-serving-csr-approver): the test approves it, for kubectl exec.
+	approveServingCSRs(t, kube, name)
+	testenv.Eventually(t, time.Minute, "the VIP answered from inside the pod", func() (bool, string) {
+		err := kubectlAt(cp.KubeconfigPath, "exec", pod.Name, "--", "/agnhost", "connect", "--timeout=2s", vip.String()+":80")
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := cc.DeleteLoadBalancer(context.Background(), "lb-"+name); err != nil {
+		t.Fatal(err)
 	}
 
 	// Power off: the machine's processes are gone, its pod answers nothing.
@@ -221,5 +260,32 @@ func waitNodeObj(t *testing.T, kube kubernetes.Interface, name string, timeout t
 			return false, err.Error()
 		}
 		return cond(nd), fmt.Sprintf("conditions %v", nd.Status.Conditions)
+	})
+}
+
+// approveServingCSRs approves node's pending kubernetes.io/kubelet-serving
+// CSRs, waiting until there is one.
+func approveServingCSRs(t *testing.T, kube kubernetes.Interface, node string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, node+"'s kubelet-serving CSR approved", func() (bool, string) {
+		list, err := kube.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		approved := 0
+		for _, csr := range list.Items {
+			if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName || csr.Spec.Username != "system:node:"+node {
+				continue
+			}
+			if len(csr.Status.Conditions) == 0 {
+				csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+					Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "TestApproved", Message: "approved by the test"})
+				if _, err := kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(context.Background(), csr.Name, &csr, metav1.UpdateOptions{}); err != nil {
+					return false, err.Error()
+				}
+			}
+			approved++
+		}
+		return approved > 0, "no kubelet-serving CSR yet"
 	})
 }

@@ -176,37 +176,49 @@ func runPod(t *testing.T, c *cluster, name, nodeName string, pull corev1.PullPol
 			// No CCM here: the nodes keep the uninitialized taint.
 			Tolerations: []corev1.Toleration{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{Name: "agnhost", Image: nodeimages.AgnhostImage, ImagePullPolicy: pull,
-				Args: []string{"netexec", "--http-port=8080"}, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
+				Args: []string{"netexec", "--http-port=8080"}, Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+				// Ready once it answers: Running alone is before it listens.
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}}}}},
 		},
 	}
 	if _, err := c.client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var got *corev1.Pod
-	testenv.Eventually(t, 2*time.Minute, "pod "+name+" running", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "pod "+name+" ready", func() (bool, string) {
 		p, err := c.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		got = p
-		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", fmt.Sprintf("phase %s %v", p.Status.Phase, p.Status.ContainerStatuses)
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+		}
+		return ready && p.Status.PodIP != "", fmt.Sprintf("phase %s ready %v %v", p.Status.Phase, ready, p.Status.ContainerStatuses)
 	})
 	return got
 }
 
 // kubectl runs the pinned kubectl against the cluster.
 func (c *cluster) kubectl(t *testing.T, args ...string) error {
+	return kubectlAt(c.cp.KubeconfigPath, args...)
+}
+
+// kubectlAt runs the pinned kubectl with a kubeconfig, in namespace default.
+func kubectlAt(kubeconfig string, args ...string) error {
 	dir, err := tools.BinDir()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	bin, err := tools.Path(dir, tools.Kubectl)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.cp.KubeconfigPath, "-n", "default"}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig, "-n", "default"}, args...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}

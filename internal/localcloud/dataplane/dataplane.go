@@ -46,6 +46,12 @@ type Options struct {
 	// for control-plane benchmarks with hundreds of thousands of backends.
 	NoHealthChecks bool
 
+	// Listen and ListenPacket, when set, open the VIPs' sockets (TCP and
+	// UDP): a cloud with real machines serves its VIPs inside its VPC's
+	// router namespace, where pods and the host both reach them.
+	Listen       func(network, addr string) (net.Listener, error)
+	ListenPacket func(network, addr string) (net.PacketConn, error)
+
 	// poweredOff is the Plane's set of stopped instances' addresses.
 	poweredOff *addrSet
 
@@ -80,6 +86,13 @@ func (o *Options) defaults() {
 	// go), and setting it up was 8 setsockopt calls per connection.
 	if o.listenTCP == nil {
 		o.listenTCP = func(a *net.TCPAddr) (tcpAcceptor, error) {
+			if o.Listen != nil {
+				ln, err := o.Listen("tcp", a.String())
+				if err != nil {
+					return nil, err
+				}
+				return ln.(*net.TCPListener), nil
+			}
 			ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", a.String())
 			if err != nil {
 				return nil, err

@@ -33,9 +33,18 @@ type udpFlow struct {
 }
 
 func listenUDP(b *balancer, addr netip.AddrPort, backendPort int) (*udpListener, error) {
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
-	if err != nil {
-		return nil, err
+	var conn *net.UDPConn
+	if b.opts.ListenPacket != nil {
+		pc, err := b.opts.ListenPacket("udp", addr.String())
+		if err != nil {
+			return nil, err
+		}
+		conn = pc.(*net.UDPConn)
+	} else {
+		var err error
+		if conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)); err != nil {
+			return nil, err
+		}
 	}
 	l := &udpListener{b: b, conn: conn, done: make(chan struct{}), flows: map[netip.AddrPort]*udpFlow{}}
 	l.state.proto, l.state.addr = api.ProtocolUDP, addr.String()

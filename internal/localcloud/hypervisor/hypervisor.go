@@ -268,7 +268,9 @@ func (h *Hypervisor) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := m.Stop(h.opts.StopGrace)
+			// The environment is going: a short grace, then the cgroup
+			// kill (the disks are kept; containerd's state is fsynced).
+			err := m.Stop(min(h.opts.StopGrace, 3*time.Second))
 			emu.Lock()
 			errs = append(errs, err)
 			emu.Unlock()

@@ -115,14 +115,10 @@ func (s *Server) routeMachines(rt api.Route, add bool) error {
 // store: every running instance with user data boots, every route is
 // written.
 func (s *Server) startMachines(ctx context.Context) error {
-	if s.opts.Machines == nil {
+	hv := s.hv
+	if hv == nil {
 		return nil
 	}
-	hv, err := hypervisor.Start(ctx, *s.opts.Machines)
-	if err != nil {
-		return fmt.Errorf("real machines: %w", err)
-	}
-	s.hv = hv
 	var insts []api.Instance
 	var routes []api.Route
 	if err := s.store.View(func(tx *store.Tx) (err error) {

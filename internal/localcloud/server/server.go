@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -130,15 +132,29 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Real machines: the VPC first, so the data plane serves the VIPs in
+	// its router namespace, reached from the host and the machines alike.
+	var hv *hypervisor.Hypervisor
+	if opts.Machines != nil {
+		if hv, err = hypervisor.Start(ctx, *opts.Machines); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("real machines: %w", err)
+		}
+		router := hv.Network().RouterNetns()
+		opts.DataPlane.Listen = func(network, addr string) (net.Listener, error) { return vpc.ListenIn(router, network, addr) }
+		opts.DataPlane.ListenPacket = func(network, addr string) (net.PacketConn, error) {
+			return vpc.ListenPacketIn(router, network, addr)
+		}
+	}
 	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
-		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx)}
+		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx), hv: hv}
 	s.tokens.Store(tokens)
 	if err := s.loadSecret(); err != nil {
-		_ = st.Close()
+		s.Close()
 		return nil, err
 	}
 	if err := s.reindexRoutes(); err != nil {
-		_ = s.store.Close()
+		s.Close()
 		return nil, fmt.Errorf("rebuild route index: %w", err)
 	}
 	if err := s.restorePower(); err != nil {

@@ -30,6 +30,10 @@ type Config struct {
 	Uplink Range
 	// Routed are more ranges the host sends into the VPC (pod CIDRs, VIPs).
 	Routed []Range
+	// Local are ranges of Routed that are the router's own addresses, all
+	// of each at once (the load balancers' VIPs: the cloud serves them in
+	// the router namespace, for the host and the machines alike).
+	Local []Range
 	// Covered are the ranges the host covers with unreachable routes; each
 	// of Subnet, Uplink and Routed must lie inside one.
 	Covered []Range
@@ -145,6 +149,13 @@ func (nw *Network) build() error {
 	// in the cloud's own namespace.
 	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv4.ip_forward", "1"); err != nil {
 		return fmt.Errorf("switching on forwarding in the VPC router: %w", err)
+	}
+	for _, l := range cfg.Local {
+		// A local route makes the whole range the router's, with no address
+		// per VIP; the namespace going removes it.
+		if err := ip("-n", n.router, "route", "add", "local", l.Prefix.String(), "dev", "lo"); err != nil {
+			return err
+		}
 	}
 	for _, r := range append([]Range{cfg.Subnet}, cfg.Routed...) {
 		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric); err != nil {
