@@ -83,17 +83,5 @@ func randomToken(n int) (string, error) {
 // for system:kube-proxy, the user Kubernetes' default RBAC binds to
 // system:node-proxier.
 func KubeProxyKubeconfig(server, caFile, certFile, keyFile string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: portside
-  cluster: {server: %q, certificate-authority: %q}
-users:
-- name: kube-proxy
-  user: {client-certificate: %q, client-key: %q}
-contexts:
-- name: kube-proxy
-  context: {cluster: portside, user: kube-proxy}
-current-context: kube-proxy
-`, server, caFile, certFile, keyFile)
+	return kubeconfigYAML(server, caFile, "kube-proxy", fmt.Sprintf("{client-certificate: %q, client-key: %q}", certFile, keyFile))
 }

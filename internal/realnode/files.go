@@ -207,19 +207,24 @@ func kubeletArgs(c *BootConfig, l layout) []string {
 
 // bootstrapKubeconfig is kubelet's TLS-bootstrap credential.
 func bootstrapKubeconfig(c *BootConfig) string {
+	return kubeconfigYAML(c.APIServer, c.CAFile, "kubelet-bootstrap", fmt.Sprintf("{token: %q}", c.BootstrapToken))
+}
+
+// kubeconfigYAML is a kubeconfig of one cluster, user and context.
+func kubeconfigYAML(server, caFile, userName, user string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: portside
   cluster: {server: %q, certificate-authority: %q}
 users:
-- name: kubelet-bootstrap
-  user: {token: %q}
+- name: %s
+  user: %s
 contexts:
-- name: bootstrap
-  context: {cluster: portside, user: kubelet-bootstrap}
-current-context: bootstrap
-`, c.APIServer, c.CAFile, c.BootstrapToken)
+- name: %s
+  context: {cluster: portside, user: %s}
+current-context: %s
+`, server, caFile, userName, user, userName, userName, userName)
 }
 
 // kubeProxyConfig renders kube-proxy's KubeProxyConfiguration.

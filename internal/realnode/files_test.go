@@ -1,6 +1,8 @@
 package realnode
 
 import (
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"slices"
 	"strings"
 	"testing"
@@ -116,5 +118,34 @@ func TestRendered(t *testing.T) {
 	c.ProxyMode = "iptables"
 	if !strings.Contains(kubeProxyConfig(c), "mode: iptables") {
 		t.Error("proxyMode iptables not rendered")
+	}
+}
+
+// TestKubeconfigsParse reads the rendered kubeconfigs with client-go's own
+// loader, as kubelet and kube-proxy do.
+func TestKubeconfigsParse(t *testing.T) {
+	c := validConfig()
+	for _, tc := range []struct {
+		name, text, user string
+		check            func(*clientcmdapi.AuthInfo) bool
+	}{
+		{"bootstrap", bootstrapKubeconfig(c), "kubelet-bootstrap", func(a *clientcmdapi.AuthInfo) bool { return a.Token == c.BootstrapToken }},
+		{"kube-proxy", KubeProxyKubeconfig("https://198.18.0.1:6443", "/d/ca.crt", "/d/kp.crt", "/d/kp.key"), "kube-proxy",
+			func(a *clientcmdapi.AuthInfo) bool {
+				return a.ClientCertificate == "/d/kp.crt" && a.ClientKey == "/d/kp.key"
+			}},
+	} {
+		cfg, err := clientcmd.Load([]byte(tc.text))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.name, err, tc.text)
+		}
+		ctx := cfg.Contexts[cfg.CurrentContext]
+		if ctx == nil || ctx.AuthInfo != tc.user || cfg.Clusters[ctx.Cluster] == nil || cfg.Clusters[ctx.Cluster].Server != "https://198.18.0.1:6443" {
+			t.Errorf("%s: current context %q does not lead to user %s at the gateway: %+v", tc.name, cfg.CurrentContext, tc.user, cfg)
+			continue
+		}
+		if !tc.check(cfg.AuthInfos[tc.user]) {
+			t.Errorf("%s: user %+v", tc.name, cfg.AuthInfos[tc.user])
+		}
 	}
 }
