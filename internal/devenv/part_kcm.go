@@ -55,7 +55,10 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	args := kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki"))
 	if env.realNodes {
 		// Real kubelets' client certificates, by TLS bootstrap.
-		args = append(args, "--cluster-signing-cert-file="+env.cp.CAFile(), "--cluster-signing-key-file="+env.cp.CAKeyFile())
+		args = append(args, "--cluster-signing-cert-file="+env.cp.CAFile(), "--cluster-signing-key-file="+env.cp.CAKeyFile(),
+			// A powered-off machine's Node goes NotReady in 20 s, not 50:
+			// the CCM's lifecycle controller then sees the shutdown.
+			"--node-monitor-grace-period=20s")
 	}
 	if env.ccmBinary != "" {
 		// A CCM built from k8s.io/cloud-provider alone has no node IPAM

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -11,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/portside-io/portside/internal/hostsnap"
+	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
 // TestUpRealNodes runs `portside up --node-mode=real` as a user would: two
@@ -21,7 +27,9 @@ import (
 // demo's ETP=Local load balancer is answered by real pods through the VIP
 // and follows a scale-down; `kubectl logs` of a real container goes through
 // the network proxy to a kubelet serving a certificate of the cluster CA
-// (its CSR approved against the cloud's instance). It then shows the machine is left as found:
+// (its CSR approved against the cloud's instance). A running up's instance
+// stopped through the cloud's API goes NotReady and is tainted shut down by
+// the CCM, and comes back Ready, untainted, when started. It then shows the machine is left as found:
 // after --once, and after a kill -9 of a running `up` followed by
 // `portside down` (links, addresses, routes of every table, rules, network
 // namespaces, mounts, cgroups and firewall rulesets of this environment;
@@ -74,6 +82,7 @@ func TestUpRealNodes(t *testing.T) {
 	if !strings.Contains(upOut.String(), "1 kubelets TLS-bootstrapped and registered") {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
+	powerCycle(t, data, "node-1")
 	_ = up.Process.Signal(syscall.SIGKILL)
 	<-done
 	downOut, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
@@ -120,4 +129,53 @@ func checkHostAsFound(t *testing.T, when string, before hostsnap.Snapshot, mine 
 	if d := hostsnap.Diff(whole(before), whole(after)); d != "" {
 		t.Errorf("%s: host sysctls or firewall rules changed:\n%s", when, d)
 	}
+}
+
+// powerCycle stops node's instance through the cloud's API, as `portside
+// cloud instances stop` does: its Node goes NotReady and the CCM's
+// lifecycle controller taints it shut down (the cloud says it is stopped);
+// started again it boots, becomes Ready and loses the taint.
+func powerCycle(t *testing.T, data, node string) {
+	t.Helper()
+	cloud := filepath.Join(data, "cloud")
+	ep, err := os.ReadFile(filepath.Join(cloud, server.EndpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := client.NewWithTokenFile(strings.TrimSpace(string(ep)), filepath.Join(cloud, server.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, err := cc.ListInstances(context.Background(), node)
+	if err != nil || len(insts) != 1 {
+		t.Fatalf("instance %s: %v %v", node, insts, err)
+	}
+	kube := upClient(t, data)
+	state := func() (ready, tainted bool, err error) {
+		n, err := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, false, err
+		}
+		for _, c := range n.Status.Conditions {
+			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}
+		for _, tt := range n.Spec.Taints {
+			tainted = tainted || tt.Key == "node.cloudprovider.kubernetes.io/shutdown"
+		}
+		return ready, tainted, nil
+	}
+	if _, err := cc.StopInstance(context.Background(), insts[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 90*time.Second, node+" NotReady and tainted shut down after its instance stopped", func() bool {
+		ready, tainted, err := state()
+		return err == nil && !ready && tainted
+	})
+	if _, err := cc.StartInstance(context.Background(), insts[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 90*time.Second, node+" Ready again and the shutdown taint gone after its instance started", func() bool {
+		ready, tainted, err := state()
+		return err == nil && ready && !tainted
+	})
 }
