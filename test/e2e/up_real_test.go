@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
@@ -78,10 +82,11 @@ func TestUpRealNodes(t *testing.T) {
 	checkHostAsFound(t, "after up --once", before, mine)
 
 	// A running up killed with -9: its machines are left; down removes them.
-	up, upOut, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--network-proxy=false", "--data-dir", data)
+	up, upOut, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
 	if !strings.Contains(upOut.String(), "1 kubelets TLS-bootstrapped and registered") {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
+	throughTheProxy(t, data)
 	powerCycle(t, data, "node-1")
 	_ = up.Process.Signal(syscall.SIGKILL)
 	<-done
@@ -177,5 +182,64 @@ func powerCycle(t *testing.T, data, node string) {
 	waitUntil(t, 90*time.Second, node+" Ready again and the shutdown taint gone after its instance started", func() bool {
 		ready, tainted, err := state()
 		return err == nil && ready && !tainted
+	})
+}
+
+// throughTheProxy runs kubectl exec, attach and port-forward against a real
+// demo pod: kube-apiserver reaches the kubelet only through proxy-server and
+// the agent (its egress selector sends all cluster traffic there).
+func throughTheProxy(t *testing.T, data string) {
+	t.Helper()
+	binDir, err := tools.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := filepath.Join(binDir, tools.Kubectl)
+	kcfg := "--kubeconfig=" + filepath.Join(data, "controlplane", "kubeconfig")
+	pods, err := upClient(t, data).CoreV1().Pods("demo").List(context.Background(), metav1.ListOptions{LabelSelector: "app=hello"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("demo pods: %v %v", pods, err)
+	}
+	pod := pods.Items[0].Name
+	out, err := exec.Command(kubectl, kcfg, "-n", "demo", "exec", pod, "--", "/agnhost", "connect", "--timeout=2s", "127.0.0.1:8080").CombinedOutput()
+	if err != nil {
+		t.Errorf("kubectl exec %s: %v\n%s", pod, err, out)
+	}
+	// port-forward: a local port to the pod's 8080, answered by the pod.
+	pf := exec.Command(kubectl, kcfg, "-n", "demo", "port-forward", "pod/"+pod, ":8080")
+	pfOut := &syncBuffer{}
+	pf.Stdout, pf.Stderr = pfOut, pfOut
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+	waitUntil(t, 30*time.Second, "kubectl port-forward listening", func() bool { return re.MatchString(pfOut.String()) })
+	local := re.FindStringSubmatch(pfOut.String())[1]
+	waitUntil(t, 30*time.Second, "GET through kubectl port-forward answered by "+pod, func() bool {
+		resp, err := (&http.Client{Timeout: 3 * time.Second}).Get("http://127.0.0.1:" + local + "/hostname")
+		if err != nil {
+			return false
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		return err == nil && strings.TrimSpace(string(body)) == pod
+	})
+	// attach: the container's output stream, live (netexec logs the request
+	// made while attached).
+	at := exec.Command(kubectl, kcfg, "-n", "demo", "attach", pod, "-c", "hello")
+	atOut := &syncBuffer{}
+	at.Stdout, at.Stderr = atOut, atOut
+	if err := at.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = at.Process.Kill(); _ = at.Wait() }()
+	marker := fmt.Sprintf("/echo?msg=attached-%d", time.Now().UnixNano())
+	waitUntil(t, 30*time.Second, "kubectl attach streaming the request made while attached", func() bool {
+		resp, err := (&http.Client{Timeout: 3 * time.Second}).Get("http://127.0.0.1:" + local + marker)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return strings.Contains(atOut.String(), marker)
 	})
 }
