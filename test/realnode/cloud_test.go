@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -124,14 +125,16 @@ func TestCloudMachines(t *testing.T) {
 	svc, err := kube.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "lb-target"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": pod.Name},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+				{Name: "udp", Port: 81, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(8081)}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lb, err := cc.PutLoadBalancer(context.Background(), "lb-"+name, api.LoadBalancerSpec{Cluster: "test",
-		Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 80, BackendPort: int(svc.Spec.Ports[0].NodePort)}},
-		Backends:  []api.Backend{{Name: name, Address: n.addr.String()}}})
+		Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 80, BackendPort: int(svc.Spec.Ports[0].NodePort)},
+			{Protocol: api.ProtocolUDP, Port: 81, BackendPort: int(svc.Spec.Ports[1].NodePort)}},
+		Backends: []api.Backend{{Name: name, Address: n.addr.String()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +150,11 @@ func TestCloudMachines(t *testing.T) {
 	// No CCM here to approve the kubelet's serving certificate (`up` runs
 	// node-serving-csr-approver): the test approves it, for kubectl exec.
 	approveServingCSRs(t, kube, name)
+	// UDP through the VIP: agnhost netexec answers "hostname" on 8081.
+	testenv.Eventually(t, time.Minute, "the VIP's UDP listener answered from the host", func() (bool, string) {
+		got, err := udpAsk(netip.AddrPortFrom(vip, 81), "hostname")
+		return err == nil && got == pod.Name, fmt.Sprintf("%q %v", got, err)
+	})
 	testenv.Eventually(t, time.Minute, "the VIP answered from inside the pod", func() (bool, string) {
 		err := kubectlAt(cp.KubeconfigPath, "exec", pod.Name, "--", "/agnhost", "connect", "--timeout=2s", vip.String()+":80")
 		return err == nil, fmt.Sprint(err)
@@ -288,4 +296,20 @@ func approveServingCSRs(t *testing.T, kube kubernetes.Interface, node string) {
 		}
 		return approved > 0, "no kubelet-serving CSR yet"
 	})
+}
+
+// udpAsk sends one datagram and returns the answer.
+func udpAsk(to netip.AddrPort, msg string) (string, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	return strings.TrimSpace(string(buf[:n])), err
 }
