@@ -1,0 +1,56 @@
+package devenv
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestRealNetworkAt(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		slot                        uint32
+		block, subnet, vips, uplink string
+	}{
+		{0, "198.18.0.0/22", "198.18.0.0/24", "198.18.1.0/24", "198.18.3.252/30"},
+		{1, "198.18.4.0/22", "198.18.4.0/24", "198.18.5.0/24", "198.18.7.252/30"},
+		{64, "198.19.0.0/22", "198.19.0.0/24", "198.19.1.0/24", "198.19.3.252/30"},
+		{127, "198.19.252.0/22", "198.19.252.0/24", "198.19.253.0/24", "198.19.255.252/30"},
+	} {
+		n := realNetworkAt(tc.slot)
+		if n.Block != p(tc.block) || n.Subnet != p(tc.subnet) || n.VIPs != p(tc.vips) || n.Uplink != p(tc.uplink) {
+			t.Errorf("slot %d: %+v, want %s %s %s %s", tc.slot, n, tc.block, tc.subnet, tc.vips, tc.uplink)
+		}
+		for _, inner := range []netip.Prefix{n.Subnet, n.VIPs, n.Uplink} {
+			if !n.Block.Contains(inner.Addr()) || inner.Bits() < n.Block.Bits() {
+				t.Errorf("slot %d: %s is outside its block %s", tc.slot, inner, n.Block)
+			}
+		}
+		if n.Subnet.Overlaps(n.VIPs) || n.Subnet.Overlaps(n.Uplink) || n.VIPs.Overlaps(n.Uplink) {
+			t.Errorf("slot %d: ranges overlap: %+v", tc.slot, n)
+		}
+		if !p("198.18.0.0/15").Contains(n.Block.Addr()) {
+			t.Errorf("slot %d: %s is outside 198.18.0.0/15", tc.slot, n.Block)
+		}
+		if g := n.gateway(); g != n.Subnet.Addr().Next() {
+			t.Errorf("slot %d: gateway %s", tc.slot, g)
+		}
+	}
+}
+
+// TestRealCloudArgs: every range the VPC routes is covered, the cluster's
+// ranges included, and kube-apiserver is served at the gateway.
+func TestRealCloudArgs(t *testing.T) {
+	n := realNetworkAt(5)
+	args := strings.Join(n.cloudArgs("127.0.0.1:6443"), " ")
+	for _, want := range []string{
+		"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
+		"--vip-pool=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(),
+		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
+		"--vpc-expose=6443=127.0.0.1:6443", "--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("cloud args lack %s: %s", want, args)
+		}
+	}
+}
