@@ -19,6 +19,7 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/localcloud/server"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/internal/nodesim"
 	"github.com/portside-io/portside/internal/realnode"
@@ -73,8 +74,23 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return n, err
 	}
+	// The data directory's slot, or the next one nothing on the host uses
+	// (another environment, a test's VPC): once chosen it is kept.
 	sum := sha256.Sum256([]byte(l.dir))
-	n = realNetworkAt(binary.BigEndian.Uint32(sum[:4]) % 128)
+	first := binary.BigEndian.Uint32(sum[:4]) % 128
+	for i := uint32(0); i < 128; i++ {
+		n = realNetworkAt((first + i) % 128)
+		free, err := vpc.Unused(n.Block)
+		if err != nil {
+			return n, err
+		}
+		if free {
+			break
+		}
+		if i == 127 {
+			return n, fmt.Errorf("every /22 of 198.18.0.0/15 is in use on this host: stop another real-node environment")
+		}
+	}
 	data, _ := json.Marshal(n)
 	return n, os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644)
 }

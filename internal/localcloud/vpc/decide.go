@@ -101,3 +101,13 @@ func contains(list []string, s string) bool {
 func ipError(args []string, out []byte, err error) error {
 	return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 }
+
+// Unused reports whether nothing on the host (its addresses and routes,
+// the default route aside) overlaps p: a range a new VPC may take.
+func Unused(p netip.Prefix) (bool, error) {
+	host, err := hostNets()
+	if err != nil {
+		return false, err
+	}
+	return checkRanges([]Range{{Prefix: p, Flag: "range"}}, host, nil) == nil, nil
+}

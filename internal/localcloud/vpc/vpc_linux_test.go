@@ -33,6 +33,9 @@ func TestVPC(t *testing.T) {
 	nw, r := vpctest.Start(t)
 	id := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(nw.RouterNetns(), "/run/netns/"), "ps"), "-router")
 
+	if free, err := vpc.Unused(r.Block); err != nil || free {
+		t.Errorf("Unused(%s) = %v, %v while the VPC covers it", r.Block, free, err)
+	}
 	m1, m2 := machineNetns(t, id, 1), machineNetns(t, id, 2)
 	a1, a2 := r.Subnet.Addr().Next().Next(), r.Subnet.Addr().Next().Next().Next()
 	if err := nw.Attach(1, m1, a1); err != nil {
@@ -105,6 +108,9 @@ func TestVPC(t *testing.T) {
 	}
 	delNetns(t, m1)
 	delNetns(t, m2)
+	if free, err := vpc.Unused(r.Block); err != nil || !free {
+		t.Errorf("Unused(%s) = %v, %v after Down", r.Block, free, err)
+	}
 	after, err := hostsnap.Take()
 	if err != nil {
 		t.Fatal(err)
