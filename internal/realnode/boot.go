@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/portside-io/portside/internal/proc"
 )
 
@@ -32,9 +34,6 @@ func Boot(ctx context.Context, c *BootConfig) error {
 		}
 	}
 	l := layout{dir: c.Dir}
-	if h := hidden(append([]string{c.Dir, c.Bin.Kubelet, c.Bin.KubeProxy, c.Bin.Containerd, c.Bin.Shim, c.Bin.CNIDir}, c.CAFile)); len(h) > 0 {
-		return fmt.Errorf("%v would be hidden inside the machine (its /var/lib, /var/log and /run are its own): use a data directory and tools outside those", h)
-	}
 	// A machine's /run is a tmpfs: empty at every boot, so no daemon finds
 	// the sockets and state of its last run.
 	if err := os.RemoveAll(filepath.Join(c.Dir, "run")); err != nil {
@@ -43,7 +42,7 @@ func Boot(ctx context.Context, c *BootConfig) error {
 	if err := render(c, l); err != nil {
 		return err
 	}
-	if err := mountMachinePaths(l); err != nil {
+	if err := mountMachinePaths(l, hostPaths(c)); err != nil {
 		return err
 	}
 	// Pods route through the machine: forwarding in its own namespace.
@@ -100,10 +99,36 @@ func Boot(ctx context.Context, c *BootConfig) error {
 // read-only, over /proc/sys: all inside the machine's mount namespace,
 // which the host never sees (propagation is slave: host mounts come in,
 // none go out).
-func mountMachinePaths(l layout) error {
+func mountMachinePaths(l layout, keep []string) error {
+	// Host directories the daemons need (their binaries, the machine's own
+	// directory, files the user data names) that lie under a path about to
+	// become the machine's own are held open, then bound back at the same
+	// path inside the machine's directories: a checkout or data directory
+	// under /var/lib works as well as one anywhere else.
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			_ = f.Close()
+		}
+	}()
+	for _, d := range hidden(keep) {
+		f, err := os.OpenFile(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%s, which the machine needs: %w", d, err)
+		}
+		held = append(held, f)
+	}
 	for _, r := range l.rebinds() {
 		if err := syscall.Mount(r[0], r[1], "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("binding %s over %s: %w", r[0], r[1], err)
+		}
+	}
+	for _, f := range held {
+		if err := os.MkdirAll(f.Name(), 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), f.Name(), "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding %s back inside the machine: %w", f.Name(), err)
 		}
 	}
 	for k := range kernelDefaults {

@@ -34,20 +34,44 @@ func (l layout) rebinds() [][2]string {
 	}
 }
 
-// hidden reports which of paths the rebinds would hide from the daemons
-// (a data directory or a binary under /var/lib, say): those must live
-// elsewhere.
-func hidden(paths []string) []string {
+// hidden reports which of dirs the rebinds would hide from the daemons (a
+// data directory or the tools under /var/lib, say), each once, outermost
+// first: those are bound back inside the machine (mountMachinePaths).
+func hidden(dirs []string) []string {
 	var out []string
-	for _, p := range paths {
+	sorted := append([]string(nil), dirs...)
+	sort.Strings(sorted)
+	for _, p := range sorted {
 		for _, r := range []string{"/var/lib", "/var/log", "/run", "/var/run"} {
 			if p == r || strings.HasPrefix(p, r+"/") {
-				out = append(out, p)
+				covered := false
+				for _, o := range out {
+					covered = covered || p == o || strings.HasPrefix(p, o+"/")
+				}
+				if !covered {
+					out = append(out, p)
+				}
 				break
 			}
 		}
 	}
 	return out
+}
+
+// hostPaths are the host directories a machine's daemons read: the
+// machine's own directory and those of every file the user data names.
+func hostPaths(c *BootConfig) []string {
+	dirs := []string{c.Dir, c.Bin.CNIDir}
+	for _, f := range []string{c.Bin.Kubelet, c.Bin.KubeProxy, c.Bin.Containerd, c.Bin.Shim, c.Bin.Runc, c.CAFile,
+		c.ServingCertFile, c.ServingKeyFile, c.KubeProxyKubeconfig, c.RegistryCAFile, c.CredentialProviderConfig} {
+		if f != "" {
+			dirs = append(dirs, filepath.Dir(f))
+		}
+	}
+	if c.Bin.CredentialProviderDir != "" {
+		dirs = append(dirs, c.Bin.CredentialProviderDir)
+	}
+	return dirs
 }
 
 // containerdConfig renders containerd's config (version 3, containerd 2.x).

@@ -58,7 +58,9 @@ func TestHidden(t *testing.T) {
 		want []string
 	}{
 		{[]string{"/work/main/_output/up/machines/node-1", "/tmp/x"}, nil},
-		{[]string{"/var/lib/portside", "/var/library", "/run/user/0/x", "/var/run", "/var/log/x"}, []string{"/var/lib/portside", "/run/user/0/x", "/var/run", "/var/log/x"}},
+		{[]string{"/var/lib/portside", "/var/library", "/run/user/0/x", "/var/run", "/var/log/x"}, []string{"/run/user/0/x", "/var/lib/portside", "/var/log/x", "/var/run"}},
+		// Each once, the outermost only.
+		{[]string{"/var/lib/ci/_output/tools/bin/cni", "/var/lib/ci/_output/tools/bin", "/var/lib/ci/_output/tools/bin"}, []string{"/var/lib/ci/_output/tools/bin"}},
 	} {
 		if got := hidden(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("hidden(%q) = %q, want %q", tc.in, got, tc.want)
