@@ -95,10 +95,8 @@ func runEgressScenario(t *testing.T, combo proxyCombo, cp *controlplane.ControlP
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
-	srv.AgentPort, srv.HealthPort, srv.AdminPort = ports[0], ports[1], ports[2]
 	srv.AgentCert, srv.AgentKey, srv.AgentCA = agentServing.CertFile, agentServing.KeyFile, cp.CAFile()
-	server := startProxyServer(t, combo.server, dir, srv)
+	server := startProxyServerOnFreePorts(t, combo.server, dir, &srv)
 
 	// A node whose kubelet serves HTTPS on its node IP with a certificate of
 	// the CA (kube-apiserver runs with --kubelet-certificate-authority) and

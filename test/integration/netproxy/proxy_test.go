@@ -3,6 +3,8 @@ package netproxy
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -205,12 +207,40 @@ func (p *proxyProc) metrics(t *testing.T) string {
 // it is stopped, by PID, when the test ends.
 func startProxyServer(t *testing.T, kind proxyKind, dir string, cfg serverConfig) *proxyProc {
 	t.Helper()
+	pp, err := tryStartProxyServer(t, kind, dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pp
+}
+
+func tryStartProxyServer(t *testing.T, kind proxyKind, dir string, cfg serverConfig) (*proxyProc, error) {
+	t.Helper()
 	impl := implOf(t, kind)
 	log := string(kind) + "-proxy-server.log"
 	if cfg.ServerID != "" {
 		log = string(kind) + "-proxy-server-" + cfg.ServerID + ".log"
 	}
-	return startProc(t, "proxy-server", impl.serverBin, impl.serverArgs(cfg), filepath.Join(dir, log), cfg.HealthPort, 5*time.Second)
+	return tryStartProc(t, "proxy-server", impl.serverBin, impl.serverArgs(cfg), filepath.Join(dir, log), cfg.HealthPort, 5*time.Second)
+}
+
+// startProxyServerOnFreePorts starts a proxy server on agent, health and
+// admin ports picked free, picking again (up to three times) when one was
+// taken before the server bound it.
+func startProxyServerOnFreePorts(t *testing.T, kind proxyKind, dir string, cfg *serverConfig) *proxyProc {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		ports := freePorts(t, 3)
+		cfg.AgentPort, cfg.HealthPort, cfg.AdminPort = ports[0], ports[1], ports[2]
+		pp, err := tryStartProxyServer(t, kind, dir, *cfg)
+		if err == nil {
+			return pp
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; picking other ports", attempt, errPortTaken)
+	}
 }
 
 // startProxyAgent starts a kind's proxy agent and waits for its /healthz;
@@ -231,6 +261,21 @@ func implOf(t *testing.T, kind proxyKind) proxyImpl {
 }
 
 func startProc(t *testing.T, name, bin string, args []string, logPath string, healthPort int, grace time.Duration) *proxyProc {
+	t.Helper()
+	pp, err := tryStartProc(t, name, bin, args, logPath, healthPort, grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pp
+}
+
+// errPortTaken: a port picked free a moment ago was taken before the
+// process bound it (another package's test picked it too); pick again.
+var errPortTaken = errors.New("a port was taken meanwhile")
+
+// tryStartProc is startProc returning its start-up failure; one caused by a
+// port taken meanwhile wraps errPortTaken.
+func tryStartProc(t *testing.T, name, bin string, args []string, logPath string, healthPort int, grace time.Duration) (*proxyProc, error) {
 	t.Helper()
 	path := bin
 	if bin == portsideBin {
@@ -261,15 +306,19 @@ func startProc(t *testing.T, name, bin string, args []string, logPath string, he
 	for {
 		if _, code, err := httpGet(pp.health + "/healthz"); err == nil && code == http.StatusOK {
 			t.Logf("%s ready (pid %d, log %s)", name, p.PID(), logPath)
-			return pp
+			return pp, nil
 		}
 		select {
 		case <-p.Done():
-			t.Fatalf("%s exited during start-up (%v):\n%s", name, p.ExitErr(), p.LogTail(30))
+			tail := p.LogTail(30)
+			if strings.Contains(tail, "address already in use") {
+				return nil, fmt.Errorf("%s exited during start-up: %w:\n%s", name, errPortTaken, tail)
+			}
+			return nil, fmt.Errorf("%s exited during start-up (%v):\n%s", name, p.ExitErr(), tail)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not healthy after 30s:\n%s", name, p.LogTail(30))
+			return nil, fmt.Errorf("%s not healthy after 30s:\n%s", name, p.LogTail(30))
 		}
 	}
 }
