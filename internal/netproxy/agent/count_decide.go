@@ -5,6 +5,8 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/portside-io/portside/internal/netproxy"
 )
 
 // Upstream --server-count-source values (ANP cmd/agent/app/options).
@@ -66,27 +68,11 @@ func decideServerCount(in countInputs) (count int, from string) {
 func leaseCount(leases []*coordinationv1.Lease, now time.Time) int {
 	n := 0
 	for _, l := range leases {
-		if leaseValid(l, now) {
+		if netproxy.LeaseValid(l, now) {
 			n++
 		}
 	}
 	return max(n, 1)
-}
-
-func leaseValid(l *coordinationv1.Lease, now time.Time) bool {
-	var last time.Time
-	switch {
-	case l.Spec.RenewTime != nil:
-		last = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		last = l.Spec.AcquireTime.Time
-	default:
-		return false
-	}
-	if l.Spec.LeaseDurationSeconds == nil {
-		return false
-	}
-	return last.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second).After(now)
 }
 
 // validateCountSource checks --server-count-source.

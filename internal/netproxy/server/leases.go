@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/portside-io/portside/internal/netproxy"
 )
 
 // Upstream's lease timing (ANP cmd/server/app/server.go).
@@ -29,31 +31,13 @@ const (
 // mixed upstream/Portside set of servers counts together.
 func LeaseName(serverID string) string { return "konnectivity-proxy-server-" + serverID }
 
-// LeaseValid reports whether a server's Lease is current: renewed (or
-// acquired) less than its duration ago, as upstream's IsLeaseValid.
-func LeaseValid(l *coordinationv1.Lease, now time.Time) bool {
-	var last time.Time
-	switch {
-	case l.Spec.RenewTime != nil:
-		last = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		last = l.Spec.AcquireTime.Time
-	default:
-		return false
-	}
-	if l.Spec.LeaseDurationSeconds == nil {
-		return false
-	}
-	return last.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second).After(now)
-}
-
 // CountServers is the server count to tell agents: the valid Leases of
 // servers, never less than static (--server-count) nor than 1 (this server
 // runs, even if its Lease is not written yet).
 func CountServers(leases []coordinationv1.Lease, now time.Time, static int) int {
 	n := 0
 	for i := range leases {
-		if LeaseValid(&leases[i], now) {
+		if netproxy.LeaseValid(&leases[i], now) {
 			n++
 		}
 	}
@@ -183,7 +167,7 @@ func (p *LeasePublisher) collect(ctx context.Context) error {
 	now := p.now()
 	for i := range list.Items {
 		l := &list.Items[i]
-		if LeaseValid(l, now) {
+		if netproxy.LeaseValid(l, now) {
 			continue
 		}
 		// Only if it is still the expired version: a server that renewed
