@@ -130,3 +130,19 @@ func toCreate(own, p string) []string {
 	}
 	return out
 }
+
+// releasableParent decides whether a parent cgroup above a machine's, whose
+// child cgroups are subdirs, may be removed: only one a machine made (it
+// holds ParentMarker) and that holds no other cgroup (no machine of any
+// cloud is under it). A parent without the marker was there before any
+// machine and is never touched.
+func releasableParent(subdirs []string) bool {
+	marked := false
+	for _, d := range subdirs {
+		if d != ParentMarker {
+			return false
+		}
+		marked = true
+	}
+	return marked
+}

@@ -107,3 +107,21 @@ func TestToCreate(t *testing.T) {
 		}
 	}
 }
+
+func TestReleasableParent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		subdirs []string
+		want    bool
+	}{
+		{"made by a machine, the last one gone", []string{ParentMarker}, true},
+		{"made by a machine, another still under it", []string{ParentMarker, "ps-i-2"}, false},
+		{"another cloud's parent under it", []string{"037f", ParentMarker}, false},
+		{"there before any machine, now empty", nil, false},
+		{"there before any machine, in use", []string{"user.slice"}, false},
+	} {
+		if got := releasableParent(tc.subdirs); got != tc.want {
+			t.Errorf("%s: releasableParent(%q) = %v, want %v", tc.name, tc.subdirs, got, tc.want)
+		}
+	}
+}

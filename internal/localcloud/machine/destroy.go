@@ -17,7 +17,8 @@ import (
 
 // Destroy removes what the machine record in dir says was made: every
 // process in its cgroups (by membership), its namespace (only while the
-// name still names the inode made), its cgroups and the parents it made.
+// name still names the inode made), its cgroups and the parents machines made
+// that no other machine uses any more.
 // No record: nothing to do. The directory itself stays.
 func Destroy(ctx context.Context, dir string) error {
 	b, err := os.ReadFile(statePath(dir))
@@ -43,11 +44,6 @@ func Destroy(ctx context.Context, dir string) error {
 		}
 		if err := removeTree(st.Mounts, st.CgroupPath); err != nil {
 			errs = append(errs, err)
-		}
-		for i := len(st.Created) - 1; i >= 0; i-- {
-			if err := rmdirRetry(st.Created[i]); err != nil {
-				errs = append(errs, err)
-			}
 		}
 	}
 	if st.Netns != "" {

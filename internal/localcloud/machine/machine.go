@@ -53,11 +53,10 @@ type state struct {
 	Netns      string `json:"netns"`
 	NetnsInode uint64 `json:"netnsInode,omitempty"`
 	// CgroupPath is the machine's cgroup path; Mounts the hierarchies it
-	// is made in; Created the directories made above it (parents that
-	// did not exist), outermost first.
+	// is made in. Parents made above it are shared with other machines
+	// and carry ParentMarker instead of an entry here.
 	CgroupPath string   `json:"cgroupPath"`
 	Mounts     []string `json:"mounts"`
-	Created    []string `json:"created,omitempty"`
 	// Init is the machine's init while it runs.
 	Init *proc.Identity `json:"init,omitempty"`
 }
@@ -119,19 +118,8 @@ func (m *Machine) build() error {
 	if err := m.nw.Attach(m.cfg.Index, m.st.Netns, m.cfg.Addr); err != nil {
 		return err
 	}
-	record := func(dir string) error {
-		for _, mnt := range m.st.Mounts {
-			if rel, err := filepath.Rel(mnt, dir); err == nil && filepath.Join("/", rel) != m.cg.path && !underPath(filepath.Join("/", rel), m.cg.path) {
-				m.st.Created = append(m.st.Created, dir)
-				return m.st.save()
-			}
-		}
-		return nil
-	}
-	return m.cg.create(SystemCgroup, record)
+	return m.cg.create(SystemCgroup)
 }
-
-func underPath(p, parent string) bool { return len(p) > len(parent) && p[:len(parent)+1] == parent+"/" }
 
 // Netns is the machine's network namespace path.
 func (m *Machine) Netns() string { return vpc.NetnsPath(m.st.Netns) }
