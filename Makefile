@@ -65,7 +65,7 @@ test: tools browser node-packages ## Run all tests, integration against a real k
 
 .PHONY: demo
 demo: tools build node-packages ## Run the local environment (portside up, real nodes where the machine allows it); Ctrl-C stops it
-	$(BIN) up --node-mode=auto $(DEMO_FLAGS)
+	$(BIN) up $(DEMO_FLAGS)
 
 .PHONY: bench
 bench: tools ## Run the benchmarks

@@ -17,9 +17,11 @@ func newUpCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Portside on this machine: control plane, local cloud, simulated nodes and the CCM",
-		Long: "Start etcd and kube-apiserver (from `make tools`), the local cloud, simulated nodes with kube-proxy\n" +
-			"stand-ins and the cloud controller manager; create a LoadBalancer Service and send a request\n" +
-			"through its VIP. State is kept in --data-dir between runs. Ctrl-C or `portside down` stops everything.",
+		Long: "Start etcd and kube-apiserver (from `make tools`), the local cloud, its nodes and the cloud\n" +
+			"controller manager; create a LoadBalancer Service and send a request through its VIP.\n" +
+			"Nodes are real machines of the local cloud (containerd, kubelet, kube-proxy, real pods) where\n" +
+			"this machine allows it (root, namespaces, cgroups, overlay), else simulated, saying why.\n" +
+			"State is kept in --data-dir between runs. Ctrl-C or `portside down` stops everything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
@@ -27,13 +29,13 @@ func newUpCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", defaultDataDir, "directory for the environment's state, kept between runs")
-	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of simulated nodes, spread over 2 zones (at most %d)", devenv.MaxNodes))
+	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of nodes, spread over 2 zones (at most %d real, %d simulated)", devenv.MaxRealNodes, devenv.MaxNodes))
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "stop after the request through the LoadBalancer VIP (for scripts and tests)")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "remove the data directory when stopping (only one portside up created: it has a .portside-up marker)")
 	cmd.Flags().BoolVar(&opts.ConsoleReadWrite, "console-read-write", false, "print a read-write web console link (one that can set faults) instead of a read-only one")
 	cmd.Flags().IntVar(&opts.CCMReplicas, "ccm-replicas", 1, fmt.Sprintf("number of CCMs; more than one elect a leader, as a highly available CCM (at most %d)", devenv.MaxCCMReplicas))
 	cmd.Flags().StringVar(&opts.CCMBinary, "ccm-binary", "", "run this cloud-controller-manager binary instead of `portside ccm`, with upstream's flags (e.g. upstream's own built with the local provider, as the conformance suite compares; see docs/conformance.md)")
-	cmd.Flags().StringVar(&opts.NodeMode, "node-mode", devenv.NodeModeSimulated, "simulated: nodes are registered Node objects with kube-proxy stand-ins (thousands fit); auto: real where the machine allows it, else simulated saying why; real: each node is a real machine of the local cloud (its own network and mount namespaces and cgroups) running containerd, kubelet and kube-proxy, with real pods (needs root; see docs/local-cloud.md)")
+	cmd.Flags().StringVar(&opts.NodeMode, "node-mode", devenv.NodeModeAuto, "auto (default): real where the machine allows it, else simulated saying why and what to change; simulated: nodes are registered Node objects with kube-proxy stand-ins (thousands fit: for scale); real: each node is a real machine of the local cloud (its own network and mount namespaces and cgroups) running containerd, kubelet and kube-proxy, with real pods (needs root; see docs/local-cloud.md)")
 	cmd.Flags().BoolVar(&opts.NetworkProxy, "network-proxy", true, "send kube-apiserver's cluster egress (logs, exec, port-forward, node proxy) through portside proxy-server and one proxy-agent per zone, as konnectivity does (about 0.4 s more start-up; --network-proxy=false sends it directly)")
 	return cmd
 }

@@ -46,9 +46,10 @@ type Options struct {
 	// be set from the page); by default it is read-only, as a link in a
 	// terminal's scrollback or a shared screen should be.
 	ConsoleReadWrite bool
-	// NodeMode is NodeModeSimulated (default) or NodeModeReal: real
-	// machines of the local cloud running containerd, kubelet and
-	// kube-proxy (root only).
+	// NodeMode is NodeModeSimulated ("" too: library callers and tests
+	// that measure scale), NodeModeReal (real machines of the local cloud
+	// running containerd, kubelet and kube-proxy; root only) or
+	// NodeModeAuto (the CLI's default: real where the machine allows it).
 	NodeMode string
 	// Out receives progress lines.
 	Out io.Writer
@@ -56,6 +57,11 @@ type Options struct {
 
 // MaxNodes bounds --nodes: the node address range of one environment is a /22.
 const MaxNodes = 1000
+
+// MaxRealNodes bounds --nodes for real machines: each runs containerd,
+// kubelet and kube-proxy (about 200 MB and 2% of a core idle), and their
+// subnet is a /24.
+const MaxRealNodes = 50
 
 // MaxCCMReplicas bounds --ccm-replicas.
 const MaxCCMReplicas = 5
@@ -73,21 +79,18 @@ func Up(ctx context.Context, opts Options) (err error) {
 	if opts.CCMReplicas < 1 || opts.CCMReplicas > MaxCCMReplicas {
 		return fmt.Errorf("--ccm-replicas %d is out of range 1-%d", opts.CCMReplicas, MaxCCMReplicas)
 	}
-	switch opts.NodeMode {
-	case "", NodeModeSimulated:
-	case NodeModeAuto:
-		opts.NodeMode = NodeModeReal
-		if why := realNodesUnavailable(); why != "" {
-			opts.NodeMode = NodeModeSimulated
-			fmt.Fprintf(opts.Out, "simulated nodes: %s\n", why)
-		}
-	case NodeModeReal:
-		if why := realNodesUnavailable(); why != "" {
-			return fmt.Errorf("--node-mode=real: %s", why)
-		}
-	default:
-		return fmt.Errorf("--node-mode %q: want %s, %s or %s", opts.NodeMode, NodeModeReal, NodeModeSimulated, NodeModeAuto)
+	unavailable := ""
+	if opts.NodeMode == NodeModeAuto || opts.NodeMode == NodeModeReal {
+		unavailable = realNodesUnavailable()
 	}
+	mode, note, err := chooseNodeMode(opts.NodeMode, opts.Nodes, unavailable)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(opts.Out, note)
+	}
+	opts.NodeMode = mode
 	l, err := newLayout(opts.DataDir)
 	if err != nil {
 		return err

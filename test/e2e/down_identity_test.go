@@ -58,7 +58,7 @@ func TestDownAndUpLeaveForeignThingsAlone(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	up := exec.CommandContext(ctx, bin, "up", "--once", "--purge", "--data-dir", dir)
+	up := exec.CommandContext(ctx, bin, "up", "--node-mode=simulated", "--once", "--purge", "--data-dir", dir)
 	up.Dir = root
 	out, err = up.CombinedOutput()
 	t.Logf("portside up --once --purge: %v\n%s", err, out)

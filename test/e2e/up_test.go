@@ -89,7 +89,7 @@ func assertNoProcessesUsing(t testing.TB, dir string) {
 func TestUpOnce(t *testing.T) {
 	bin, root := buildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	cmd := exec.Command(bin, "up", "--once", "--purge", "--data-dir", data)
+	cmd := exec.Command(bin, "up", "--node-mode=simulated", "--once", "--purge", "--data-dir", data)
 	cmd.Dir = root
 	began := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -179,7 +179,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	registryServesKubelets(t, out, data)
 
 	// A second `up` on the same data directory is refused with a clear message.
-	second, _ := exec.Command(bin, "up", "--once", "--data-dir", data).CombinedOutput()
+	second, _ := exec.Command(bin, "up", "--node-mode=simulated", "--once", "--data-dir", data).CombinedOutput()
 	if !strings.Contains(string(second), "already running") || !strings.Contains(string(second), "portside down") {
 		t.Errorf("second up: %s", second)
 	}
@@ -205,7 +205,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 
 	// Again with the kept state and fewer nodes: the machines, Nodes and the
 	// load balancer's VIP are reused, the surplus node is removed.
-	rerun := exec.Command(bin, "up", "--once", "--nodes", "2", "--data-dir", data)
+	rerun := exec.Command(bin, "up", "--node-mode=simulated", "--once", "--nodes", "2", "--data-dir", data)
 	rerun.Dir = root
 	again, err := rerun.CombinedOutput()
 	t.Logf("portside up --once --nodes 2 (state kept):\n%s", again)
@@ -240,7 +240,7 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, ".portside-up"), []byte("format 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "up", "--once", "--data-dir", data)
+	cmd := exec.Command(bin, "up", "--node-mode=simulated", "--once", "--data-dir", data)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	t.Logf("portside up with a damaged cloud state:\n%s", out)
@@ -260,7 +260,7 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 
 	// No control-plane binaries: the first part fails, naming `make tools`.
 	data = filepath.Join(t.TempDir(), "up")
-	cmd = exec.Command(bin, "up", "--once", "--data-dir", data)
+	cmd = exec.Command(bin, "up", "--node-mode=simulated", "--once", "--data-dir", data)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), tools.EnvBinDir+"="+t.TempDir())
 	out, err = cmd.CombinedOutput()
@@ -651,6 +651,11 @@ func healthyBackendsOf(bin, data, service string) (int, bool) {
 // startUp runs `portside up` with args until it says it is ready.
 func startUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
 	t.Helper()
+	// The CLI's default is real nodes where the machine allows it; these
+	// tests exercise the simulated stand-ins unless they ask otherwise.
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node-mode") }) {
+		args = append([]string{"--node-mode=simulated"}, args...)
+	}
 	up := exec.Command(bin, append([]string{"up"}, args...)...)
 	up.Dir = root
 	// If the test binary dies (a go test timeout), up gets SIGTERM and
