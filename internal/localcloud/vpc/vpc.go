@@ -19,6 +19,15 @@ const (
 	routeMetric = "10"
 )
 
+// RouteProto is the routing protocol number the VPC's host routes carry
+// (`proto 245` in `ip route`; unassigned in the kernel's and iproute2's
+// lists). A route carries no owner the way a link's ifindex or a
+// namespace's inode proves one, so Down deletes only a route with the
+// recorded destination, next hop, metric and this protocol: an identical
+// route someone else adds later (by hand or by a routing daemon, which
+// set their own protocol) is not matched.
+const RouteProto = "245"
+
 // Config is one VPC.
 type Config struct {
 	// ID names its kernel objects (see IDFor).
@@ -100,7 +109,7 @@ func (nw *Network) build() error {
 	// Cover first: from here on nothing for these ranges can leave by the
 	// default route, whatever fails later.
 	for _, c := range cfg.Covered {
-		if err := nw.addRoute("", "unreachable", c.Prefix.String(), "metric", coverMetric); err != nil {
+		if err := nw.addRoute("", "unreachable", c.Prefix.String(), "metric", coverMetric, "proto", RouteProto); err != nil {
 			return err
 		}
 	}
@@ -158,7 +167,7 @@ func (nw *Network) build() error {
 		}
 	}
 	for _, r := range append([]Range{cfg.Subnet}, cfg.Routed...) {
-		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric); err != nil {
+		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric, "proto", RouteProto); err != nil {
 			return err
 		}
 	}

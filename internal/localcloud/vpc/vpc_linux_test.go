@@ -102,10 +102,21 @@ func TestVPC(t *testing.T) {
 		t.Errorf("router forwarding = %q, want 1", got)
 	}
 
+	// Our cover route for the pods' range vanished and someone else (a
+	// person, a routing daemon) added an identical one since: Down must
+	// leave theirs, which differs from ours only by its protocol.
+	theirs := []string{"unreachable", r.Pods.String(), "metric", "4000", "proto", "static"}
+	ipCmd(t, "route", "del", "unreachable", r.Pods.String(), "metric", "4000", "proto", vpc.RouteProto)
+	ipCmd(t, append([]string{"route", "add"}, theirs...)...)
+	t.Cleanup(func() { _ = exec.Command("ip", append([]string{"route", "del"}, theirs...)...).Run() })
 	stateFile := vpcState(t, nw)
 	if err := vpc.Down(context.Background(), stateFile); err != nil {
 		t.Fatal(err)
 	}
+	if out, _ := exec.Command("ip", append([]string{"route", "show"}, theirs[1:]...)...).CombinedOutput(); !strings.Contains(string(out), "unreachable "+r.Pods.String()) {
+		t.Errorf("Down removed a route it did not make (%v): ip route show: %q", theirs, out)
+	}
+	ipCmd(t, append([]string{"route", "del"}, theirs...)...)
 	delNetns(t, m1)
 	delNetns(t, m2)
 	after, err := hostsnap.Take()
