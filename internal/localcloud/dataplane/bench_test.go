@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portside-io/portside/internal/nginxtest"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -56,13 +57,13 @@ func newBenchTarget(tb testing.TB, handle func(net.Conn), install bool) benchTar
 		tb.Fatal(err)
 	}
 	t := benchTarget{names: []string{"direct", "portside"}, addrs: []string{ln.Addr().String(), vip.String()}}
-	nb := findNginx(install)
-	if nb.missing != "" {
-		tb.Logf("without nginx: %s", nb.missing)
+	nb := nginxtest.Find(install)
+	if nb.Missing != "" {
+		tb.Logf("without nginx: %s", nb.Missing)
 		return t
 	}
-	addr, err := startNginx(tb, nb, ln.Addr().String())
-	if err != nil {
+	addr := freeLoopbackPort(tb)
+	if err := nginxtest.Start(tb, nb, addr, ln.Addr().String()); err != nil {
 		tb.Logf("without nginx: %v", err)
 		return t
 	}
