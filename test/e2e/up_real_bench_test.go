@@ -1,0 +1,386 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+
+	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/internal/nginxtest"
+	"github.com/portside-io/portside/internal/nodeimages"
+)
+
+// BenchmarkUpRealNodes measures the real-node paths users feel:
+//   - `portside up --node-mode=real --nodes 3` to ready, cold (a fresh data
+//     directory: images built and pushed, machines made) and warm (the
+//     same directory again: every machine replaced, caches kept);
+//   - pod start latency, p50 and p99 over 100 pods (the pause image)
+//     created at once: from each pod's create call to its Ready seen by a
+//     watch (scheduler, kubelet, containerd, CNI, status back);
+//   - the load-balancer data plane on the real path, an HTTP request per
+//     round trip on a kept-alive connection and per new connection,
+//     interleaved in one run: directly to a pod, to a node's NodePort
+//     (kube-proxy only), through the Service's VIP (the cloud's data plane
+//     → NodePort → kube-proxy → pod) and through nginx `stream` doing the
+//     data plane's hop (loopback → NodePort), as ratios to direct.
+//
+// PORTSIDE_BENCH_REAL_PODS (100) and PORTSIDE_BENCH_REAL_REQUESTS (2000)
+// set the scale.
+func BenchmarkUpRealNodes(b *testing.B) {
+	vpctest.RequireRoot(b)
+	cfg := realBenchConfig{nodes: 3, pods: envCount("PORTSIDE_BENCH_REAL_PODS", 100),
+		requests: envCount("PORTSIDE_BENCH_REAL_REQUESTS", 2000), warm: true, nginx: true}
+	for range b.N {
+		r := runRealBench(b, cfg)
+		b.ReportMetric(r.coldUp.Seconds(), "s-up-cold")
+		b.ReportMetric(r.warmUp.Seconds(), "s-up-warm")
+		b.ReportMetric(ms(percentile(r.podStart, 0.50)), "ms-pod-start-p50")
+		b.ReportMetric(ms(percentile(r.podStart, 0.99)), "ms-pod-start-p99")
+		b.Logf("up with %d real nodes: cold %.1fs, warm %.1fs; %d pods started: p50 %.0f ms, p99 %.0f ms",
+			cfg.nodes, r.coldUp.Seconds(), r.warmUp.Seconds(), cfg.pods, ms(percentile(r.podStart, 0.5)), ms(percentile(r.podStart, 0.99)))
+		direct := r.paths[0]
+		for _, p := range r.paths {
+			p50, p99 := percentile(p.roundTrips, 0.50), percentile(p.roundTrips, 0.99)
+			b.ReportMetric(us(p50), p.name+"-rt-p50-us")
+			b.ReportMetric(us(p99), p.name+"-rt-p99-us")
+			b.ReportMetric(p.connsPerSec, p.name+"-conns/s")
+			b.Logf("%-9s round trip p50 %6.0f µs (%.2f× direct) p99 %6.0f µs; new connections %6.0f/s (%.2f× direct)",
+				p.name, us(p50), us(p50)/us(percentile(direct.roundTrips, 0.5)), us(p99), p.connsPerSec, p.connsPerSec/direct.connsPerSec)
+		}
+	}
+}
+
+// TestUpRealNodesBenchSmoke runs the benchmark's harness small (1 node, 5
+// pods, 20 requests per path, no warm start, no nginx), for make test: every
+// pod Ready on the node, and every path answered by the echo pod (the
+// harness checks each response). No timing is checked.
+func TestUpRealNodesBenchSmoke(t *testing.T) {
+	vpctest.RequireRoot(t)
+	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20})
+	if len(r.podStart) != 5 {
+		t.Errorf("%d pod start latencies, want 5", len(r.podStart))
+	}
+	var names []string
+	for _, p := range r.paths {
+		names = append(names, p.name)
+		if len(p.roundTrips) != 20 || p.connsPerSec <= 0 {
+			t.Errorf("path %s: %d round trips, %.0f connections/s; want 20 and a rate", p.name, len(p.roundTrips), p.connsPerSec)
+		}
+	}
+	if want := []string{"direct", "nodeport", "vip"}; !slices.Equal(names, want) {
+		t.Errorf("paths %v, want %v", names, want)
+	}
+}
+
+type realBenchConfig struct {
+	nodes, pods, requests int
+	// warm stops the first up and measures a second start on the same
+	// data directory; nginx adds it as a contender (installing it).
+	warm, nginx bool
+}
+
+type realBenchResult struct {
+	coldUp, warmUp time.Duration
+	podStart       []time.Duration
+	paths          []pathResult
+}
+
+type pathResult struct {
+	name        string
+	roundTrips  []time.Duration
+	connsPerSec float64
+}
+
+func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
+	bin, root := buildPortside(tb)
+	data := filepath.Join(tb.TempDir(), "up")
+	var r realBenchResult
+	start := func() (stop func()) {
+		began := time.Now()
+		up, _, done := startUp(tb, bin, root, "--node-mode=real", "--nodes", strconv.Itoa(cfg.nodes), "--data-dir", data)
+		if r.coldUp == 0 {
+			r.coldUp = time.Since(began)
+		} else {
+			r.warmUp = time.Since(began)
+		}
+		return func() {
+			_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				_ = up.Process.Kill()
+				<-done
+			}
+		}
+	}
+	stop := start()
+	// Whatever fails, nothing of the environment outlives the benchmark.
+	tb.Cleanup(func() {
+		stop()
+		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
+	})
+	if cfg.warm {
+		stop()
+		stop = start()
+	}
+	client := upClient(tb, data)
+	ctx := context.Background()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	r.podStart = podStartLatencies(tb, client, cfg.pods)
+	r.paths = dataPlanePaths(tb, client, cfg)
+	return r
+}
+
+// podStartLatencies creates n pause pods at once and returns, per pod, the
+// time from its create call returning to its Ready seen by a watch; then
+// deletes them and waits until they are gone.
+func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time.Duration {
+	ctx := context.Background()
+	w, err := client.CoreV1().Pods("bench").Watch(ctx, metav1.ListOptions{LabelSelector: "bench=start"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(ctx, 10, n, func(i int) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("start-%d", i), Labels: map[string]string{"bench": "start"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pause", Image: nodeimages.PauseImage}},
+				TerminationGracePeriodSeconds: ptr.To(int64(0))}}
+		if _, errs[i] = client.CoreV1().Pods("bench").Create(ctx, pod, metav1.CreateOptions{}); errs[i] == nil {
+			mu.Lock()
+			created[pod.Name] = time.Now()
+			mu.Unlock()
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ready := map[string]time.Time{}
+	deadline := time.After(10 * time.Minute)
+	for len(ready) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				tb.Fatalf("pod watch closed with %d of %d ready", len(ready), n)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod || ev.Type == watch.Deleted {
+				continue
+			}
+			if _, seen := ready[p.Name]; !seen && podReady(p) {
+				ready[p.Name] = time.Now()
+			}
+		case <-deadline:
+			tb.Fatalf("%d of %d pods ready after 10 minutes", len(ready), n)
+		}
+	}
+	var out []time.Duration
+	mu.Lock()
+	for name, at := range ready {
+		// A watch event can beat the create call's return: never negative.
+		out = append(out, max(at.Sub(created[name]), 0))
+	}
+	mu.Unlock()
+	slices.Sort(out)
+	if err := client.CoreV1().Pods("bench").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))},
+		metav1.ListOptions{LabelSelector: "bench=start"}); err != nil {
+		tb.Fatal(err)
+	}
+	waitUntil(tb, 5*time.Minute, "the start pods gone", func() bool {
+		l, err := client.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "bench=start"})
+		return err == nil && len(l.Items) == 0
+	})
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// dataPlanePaths serves agnhost's netexec from one pod per node behind a
+// LoadBalancer Service and measures every path to it, interleaved: rounds
+// of a tenth of the requests per path in turn, so a slow moment of the
+// machine falls on all of them alike.
+func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchConfig) []pathResult {
+	ctx := context.Background()
+	labels := map[string]string{"bench": "echo"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(cfg.nodes)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: nodeimages.AgnhostImage,
+					Args:           []string{"netexec", "--http-port=8080"},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}}}}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}
+	if _, err := client.AppsV1().Deployments("bench").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := client.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	var vip, nodePort, podAddr, nodeAddr string
+	var podNames []string
+	waitUntil(tb, 3*time.Minute, "the echo pods ready and the Service's VIP", func() bool {
+		s, err := client.CoreV1().Services("bench").Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return false
+		}
+		pods, err := client.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "bench=echo"})
+		if err != nil || len(pods.Items) != cfg.nodes {
+			return false
+		}
+		podNames = podNames[:0]
+		for _, p := range pods.Items {
+			if !podReady(&p) {
+				return false
+			}
+			podNames = append(podNames, p.Name)
+		}
+		node, err := client.CoreV1().Nodes().Get(ctx, pods.Items[0].Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeAddr = a.Address
+			}
+		}
+		vip = net.JoinHostPort(s.Status.LoadBalancer.Ingress[0].IP, "80")
+		nodePort = net.JoinHostPort(nodeAddr, strconv.Itoa(int(s.Spec.Ports[0].NodePort)))
+		podAddr = net.JoinHostPort(pods.Items[0].Status.PodIP, "8080")
+		return nodeAddr != ""
+	})
+	paths := []pathResult{{name: "direct"}, {name: "nodeport"}, {name: "vip"}}
+	addrs := []string{podAddr, nodePort, vip}
+	if cfg.nginx {
+		if nb := nginxtest.Find(true); nb.Missing != "" {
+			tb.Logf("without nginx: %s", nb.Missing)
+		} else {
+			listen := freeLoopback(tb)
+			if err := nginxtest.Start(tb, nb, listen, nodePort); err != nil {
+				tb.Logf("without nginx: %v", err)
+			} else {
+				paths, addrs = append(paths, pathResult{name: "nginx"}), append(addrs, listen)
+			}
+		}
+	}
+	// The VIP answers once the data plane has a healthy backend: wait for
+	// every path to answer before measuring.
+	for _, a := range addrs {
+		waitUntil(tb, 2*time.Minute, "an answer from "+a, func() bool {
+			_, err := hostnameFrom(http.DefaultClient, a, podNames)
+			return err == nil
+		})
+	}
+	keep := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	rounds := min(10, cfg.requests)
+	per := cfg.requests / rounds
+	for round := 0; round < rounds; round++ {
+		for i, a := range addrs {
+			for range per {
+				began := time.Now()
+				if _, err := hostnameFrom(keep, a, podNames); err != nil {
+					tb.Fatalf("%s (%s): %v", paths[i].name, a, err)
+				}
+				paths[i].roundTrips = append(paths[i].roundTrips, time.Since(began))
+			}
+			began := time.Now()
+			for range per {
+				if _, err := hostnameFrom(fresh, a, podNames); err != nil {
+					tb.Fatalf("%s (%s), new connection: %v", paths[i].name, a, err)
+				}
+			}
+			// A running mean over the rounds: conns/s of this round folded in.
+			rate := float64(per) / time.Since(began).Seconds()
+			paths[i].connsPerSec += (rate - paths[i].connsPerSec) / float64(round+1)
+		}
+	}
+	for i := range paths {
+		slices.Sort(paths[i].roundTrips)
+	}
+	return paths
+}
+
+// hostnameFrom asks netexec at addr for its hostname, which must be one of
+// the echo pods' names: a path answered by anything else is not measured.
+func hostnameFrom(c *http.Client, addr string, pods []string) (string, error) {
+	resp, err := c.Get("http://" + addr + "/hostname")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	name := strings.TrimSpace(string(b))
+	if resp.StatusCode != http.StatusOK || !slices.Contains(pods, name) {
+		return "", fmt.Errorf("%s: %s %q, want 200 and one of %v", addr, resp.Status, name, pods)
+	}
+	return name, nil
+}
+
+// freeLoopback is a loopback address with a port that was free a moment
+// ago (bound, then closed), away from 127.0.0.1 where other tests pick.
+func freeLoopback(tb testing.TB) string {
+	ip := netip.AddrFrom4([4]byte{127, 90, byte(os.Getpid() >> 8), byte(os.Getpid())})
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func percentile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func envCount(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
