@@ -51,6 +51,19 @@ image: ## Build the OCI image of portside (linux/amd64, linux/arm64) into _outpu
 tools: ## Build the pinned control plane (etcd, kube-apiserver, KCM, kube-scheduler, kubectl, ANP proxy-server/agent, credential-provider harness) and real nodes' parts (kubelet, kube-proxy, containerd, CNI plugins, crictl, agnhost, pause) (once)
 	@hack/tools/build.sh
 
+.PHONY: e2e-tools
+e2e-tools: ## Build Kubernetes' own e2e suite (e2e.test) and ginkgo at KUBE_VERSION into _output/tools/<versions>/e2e (large: only when asked; once)
+	@hack/build-e2e.sh
+
+.PHONY: e2e-upstream
+# RUN is a run of test/upstreame2e/runs.yaml; E2E_FLAGS adds flags, e.g.
+# E2E_FLAGS=--kubeconfig=<file> (an existing cluster instead of portside up),
+# E2E_FLAGS=--ccm-binary=<upstream's CCM> (the comparison run).
+RUN ?= loadbalancer
+E2E_FLAGS ?=
+e2e-upstream: tools build node-packages e2e-tools ## Run Kubernetes' e2e suite (RUN=loadbalancer|cloud-provider-kind|subset) against portside up with real nodes: JUnit and summary in _output/e2e-upstream
+	$(GO) run ./test/upstreame2e/cmd/e2e-upstream --run '$(RUN)' --portside $(CURDIR)/$(BIN) $(E2E_FLAGS)
+
 .PHONY: browser
 browser: ## Install Debian's chromium for the web console's browser tests (skipped, saying so, if it cannot)
 	@hack/ensure-chromium.sh

@@ -1,0 +1,147 @@
+// Command e2e-upstream runs Kubernetes' own e2e suite (e2e.test and ginkgo,
+// `make e2e-tools`) against Portside: one run of test/upstreame2e/runs.yaml,
+// against a given kubeconfig or a `portside up --node-mode=real` it brings
+// up and tears down (also on failure and Ctrl-C). It writes ginkgo's JUnit
+// report, the summary table (summary.txt, summary.md) and the images the
+// specs' pods named into the report directory, and exits 1 when a spec
+// failed. `make e2e-upstream RUN=<name>` runs it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/tools"
+	"github.com/portside-io/portside/test/upstreame2e"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-upstream:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	root, err := tools.RepoRoot()
+	if err != nil {
+		return err
+	}
+	var (
+		runName     = flag.String("run", "loadbalancer", "the run of the runs file")
+		runsFile    = flag.String("runs", filepath.Join(root, "test", "upstreame2e", "runs.yaml"), "the runs file (focus, skips with reasons, images)")
+		kubeconfig  = flag.String("kubeconfig", "", "run against this cluster; empty: bring up `portside up --node-mode=real` and tear it down after")
+		portside    = flag.String("portside", filepath.Join(root, "_output", "bin", "portside"), "the portside binary (make build)")
+		nodes       = flag.Int("nodes", 3, "real nodes of the environment brought up")
+		ccmBinary   = flag.String("ccm-binary", "", "up's --ccm-binary: run this CCM instead of portside's (e.g. test/upstreamccm, for the comparison)")
+		ginkgoNodes = flag.Int("ginkgo-nodes", 2, "ginkgo --nodes: parallel suite processes (the machine has 2 cores)")
+		timeout     = flag.Duration("timeout", 2*time.Hour, "ginkgo --timeout for the whole suite")
+		reportDir   = flag.String("report-dir", "", "where the reports go (default _output/e2e-upstream/<run>-<time>)")
+	)
+	klog.InitFlags(nil)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.FromContext(ctx)
+
+	f, err := upstreame2e.Load(*runsFile)
+	if err != nil {
+		return err
+	}
+	r, err := f.Find(*runName)
+	if err != nil {
+		return err
+	}
+	bin, err := tools.BinDir()
+	if err != nil {
+		return err
+	}
+	e2eDir := tools.E2EDir(bin)
+	ginkgo, err := tools.Path(e2eDir, tools.Ginkgo)
+	if err != nil {
+		return fmt.Errorf("%w (make e2e-tools)", err)
+	}
+	e2eTest, err := tools.Path(e2eDir, tools.E2ETest)
+	if err != nil {
+		return fmt.Errorf("%w (make e2e-tools)", err)
+	}
+	kubectl, err := tools.Path(bin, tools.Kubectl)
+	if err != nil {
+		return err
+	}
+	if *reportDir == "" {
+		*reportDir = filepath.Join(root, "_output", "e2e-upstream", r.Name+"-"+time.Now().UTC().Format("20060102T150405Z"))
+	}
+	if err := os.MkdirAll(*reportDir, 0o755); err != nil {
+		return err
+	}
+	began := time.Now()
+
+	kcfg := *kubeconfig
+	var runErr error
+	if kcfg == "" {
+		var extra []string
+		if *ccmBinary != "" {
+			extra = append(extra, "--ccm-binary", *ccmBinary)
+		}
+		up, err := upstreame2e.StartUp(ctx, *portside, root, filepath.Join(*reportDir, "up"), *nodes, extra...)
+		defer func() {
+			if up == nil {
+				return
+			}
+			if err := up.Stop(context.WithoutCancel(ctx)); err != nil {
+				logger.Error(err, "Tearing down")
+			}
+			_ = up.WriteFile(filepath.Join(*reportDir, "up.log"))
+		}()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("portside up ready after %v (%d real nodes); KUBECONFIG=%s\n", time.Since(began).Round(time.Second), *nodes, up.Kubeconfig())
+		kcfg = up.Kubeconfig()
+	}
+	results, images, err := upstreame2e.RunSuite(ctx, upstreame2e.SuiteOptions{
+		Ginkgo: ginkgo, E2ETest: e2eTest, Kubectl: kubectl, Kubeconfig: kcfg,
+		Run: r, ReportDir: *reportDir, Nodes: *ginkgoNodes, Timeout: *timeout, Out: os.Stdout,
+	})
+	if err != nil {
+		return err
+	}
+	took := time.Since(began).Round(time.Second)
+	var sum strings.Builder
+	fmt.Fprintf(&sum, "run %s (%s): %s\n\n", r.Name, took, r.Description)
+	if err := upstreame2e.WriteTable(&sum, results); err != nil {
+		return err
+	}
+	if un := f.UnlistedImages(r.Name, images); len(un) > 0 {
+		fmt.Fprintf(&sum, "images the specs' pods named that runs.yaml does not list for this run: %s\n", strings.Join(un, ", "))
+		runErr = errors.New("unlisted images (see the summary)")
+	}
+	fmt.Print("\n" + sum.String())
+	if err := os.WriteFile(filepath.Join(*reportDir, "summary.txt"), []byte(sum.String()), 0o644); err != nil {
+		return err
+	}
+	md, err := os.Create(filepath.Join(*reportDir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	if err := upstreame2e.WriteMarkdown(md, results); err != nil {
+		return err
+	}
+	_ = md.Close()
+	fmt.Printf("reports in %s\n", *reportDir)
+	if c := upstreame2e.Count(results); c.Failed > 0 {
+		return fmt.Errorf("%d of %d specs failed", c.Failed, len(results))
+	}
+	return runErr
+}

@@ -1,0 +1,104 @@
+package upstreame2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestSelects(t *testing.T) {
+	r := Run{
+		Focus: []string{`\[sig-network\] LoadBalancers`, `\[Feature:LoadBalancer\]`},
+		Skip:  []Skip{{Pattern: `without NodePort`, Reason: "the local cloud lacks VIP-mode load balancers"}},
+	}
+	for _, tc := range []struct {
+		spec        string
+		focused     bool
+		skipReason  string
+		description string
+	}{
+		{"[sig-network] LoadBalancers [Feature:LoadBalancer] should handle load balancer cleanup finalizer for service [Slow]", true, "", "first focus"},
+		{"[sig-network] Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer [Feature:LoadBalancer]", true, "", "second focus only"},
+		{"[sig-network] LoadBalancers [Feature:LoadBalancer] should be able to create LoadBalancer Service without NodePort and change it [Slow]", true, "the local cloud lacks VIP-mode load balancers", "focused, then skipped with the file's reason"},
+		{"[sig-network] Services should be able to create a functioning NodePort service [Conformance]", false, "", "no focus matches"},
+		{"[sig-storage] something without NodePort", false, "", "a skip pattern alone does not focus"},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			focused, reason := r.Selects(tc.spec)
+			if focused != tc.focused || reason != tc.skipReason {
+				t.Errorf("Selects(%q) = %v, %q; want %v, %q", tc.spec, focused, reason, tc.focused, tc.skipReason)
+			}
+		})
+	}
+}
+
+func TestGinkgoArgs(t *testing.T) {
+	r := Run{Focus: []string{"a", "b"}, Skip: []Skip{{Pattern: "c", Reason: "x"}}}
+	want := []string{"--focus=a", "--focus=b", "--skip=c"}
+	if got := r.GinkgoArgs(); !slices.Equal(got, want) {
+		t.Errorf("GinkgoArgs() = %q, want %q", got, want)
+	}
+}
+
+func TestLoadChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+	}{
+		{"ok", "runs:\n- name: a\n  provider: local\n  focus: [x]\n  skip: [{pattern: y, reason: why}]\nimages:\n- {image: i, source: s, runs: [a]}\n", ""},
+		{"a skip without a reason", "runs:\n- name: a\n  provider: local\n  focus: [x]\n  skip: [{pattern: y}]\n", "has no reason"},
+		{"no focus", "runs:\n- name: a\n  provider: local\n", "no focus"},
+		{"no provider", "runs:\n- name: a\n  focus: [x]\n", "no provider"},
+		{"a repeated name", "runs:\n- {name: a, provider: local, focus: [x]}\n- {name: a, provider: local, focus: [x]}\n", "repeated"},
+		{"a bad regexp", "runs:\n- {name: a, provider: local, focus: ['(']}\n", "focus"},
+		{"an image of an unknown run", "runs:\n- {name: a, provider: local, focus: [x]}\nimages:\n- {image: i, runs: [b]}\n", "unknown run"},
+		{"an unknown field", "runs:\n- {name: a, provider: local, focus: [x], skips: []}\n", "unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "runs.yaml")
+			if err := os.WriteFile(p, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(p)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("Load: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("Load: %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// The repository's own runs file loads, and has the runs the Makefile and
+// the subset test name.
+func TestRunsFile(t *testing.T) {
+	f, err := Load("runs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"loadbalancer", "subset", "cloud-provider-kind"} {
+		if _, err := f.Find(n); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestUnlistedImages(t *testing.T) {
+	f := File{Images: []Image{{Image: "a", Runs: []string{"x"}}, {Image: "b", Runs: []string{"y"}}}}
+	for _, tc := range []struct {
+		run  string
+		used []string
+		want []string
+	}{
+		{"x", []string{"a"}, nil},
+		{"x", []string{"a", "b"}, []string{"b"}},
+		{"y", []string{"a", "b", "c"}, []string{"a", "c"}},
+		{"x", nil, nil},
+	} {
+		if got := f.UnlistedImages(tc.run, tc.used); !slices.Equal(got, tc.want) {
+			t.Errorf("UnlistedImages(%s, %q) = %q, want %q", tc.run, tc.used, got, tc.want)
+		}
+	}
+}

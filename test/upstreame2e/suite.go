@@ -1,0 +1,196 @@
+package upstreame2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// JUnitFile is the name of ginkgo's report in the report directory.
+const JUnitFile = "junit.xml"
+
+// SuiteOptions say how to run e2e.test.
+type SuiteOptions struct {
+	Ginkgo, E2ETest, Kubectl string
+	Kubeconfig               string
+	Run                      Run
+	// ReportDir receives junit.xml, ginkgo.log and images.txt.
+	ReportDir string
+	// Nodes is ginkgo's --nodes: parallel suite processes.
+	Nodes int
+	// Timeout is ginkgo's --timeout for the whole suite.
+	Timeout time.Duration
+	// Out receives ginkgo's output as it runs (also in ginkgo.log).
+	Out io.Writer
+}
+
+// Args are ginkgo's command line for o.
+func (o SuiteOptions) Args() []string {
+	args := []string{
+		"--nodes=" + strconv.Itoa(o.Nodes),
+		"--timeout=" + o.Timeout.String(),
+		"--junit-report=" + JUnitFile, "--output-dir=" + o.ReportDir,
+		"--no-color", "--silence-skips", "--poll-progress-after=5m",
+	}
+	args = append(args, o.Run.GinkgoArgs()...)
+	return append(args, o.E2ETest, "--",
+		"--kubeconfig="+o.Kubeconfig,
+		"--provider="+o.Run.Provider,
+		"--kubectl-path="+o.Kubectl,
+		"--dump-logs-on-failure=false",
+		"--report-dir="+o.ReportDir,
+	)
+}
+
+// RunSuite runs ginkgo with e2e.test and returns the summary rows. While
+// it runs it records every image a pod names (images.txt), which shows
+// what the selected specs pull. err is set when ginkgo wrote no report;
+// failed specs are in the results, not in err.
+func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
+	logger := klog.FromContext(ctx)
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	logf, err := os.Create(filepath.Join(o.ReportDir, "ginkgo.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = logf.Close() }()
+	var w io.Writer = logf
+	if o.Out != nil {
+		w = io.MultiWriter(logf, o.Out)
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	images := &imageSet{seen: map[string]bool{}}
+	watched := make(chan struct{})
+	go func() { defer close(watched); images.watch(watchCtx, o.Kubeconfig) }()
+
+	args := o.Args()
+	logger.Info("Running upstream e2e", "run", o.Run.Name, "ginkgo", o.Ginkgo, "args", args)
+	cmd := exec.CommandContext(ctx, o.Ginkgo, args...)
+	cmd.Stdout, cmd.Stderr = w, w
+	// On Ctrl-C of the runner ginkgo gets SIGINT: it stops the specs,
+	// runs their clean-ups and still writes the report.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 2 * time.Minute
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	began := time.Now()
+	runErr := cmd.Run()
+	stopWatch()
+	<-watched
+	logger.Info("Upstream e2e finished", "run", o.Run.Name, "took", time.Since(began).Round(time.Second), "err", runErr)
+
+	list := images.list()
+	if err := os.WriteFile(filepath.Join(o.ReportDir, "images.txt"), []byte(joinLines(list)), 0o644); err != nil {
+		return nil, list, err
+	}
+	results, err := ReadJUnit(filepath.Join(o.ReportDir, JUnitFile), o.Run)
+	if err != nil {
+		var ee *exec.ExitError
+		if runErr != nil && !errors.As(runErr, &ee) {
+			return nil, list, fmt.Errorf("ginkgo: %w", runErr)
+		}
+		return nil, list, fmt.Errorf("ginkgo wrote no report (%v): %w", runErr, err)
+	}
+	return results, list, nil
+}
+
+// imageSet collects the images of every pod created while the suite runs.
+type imageSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *imageSet) watch(ctx context.Context, kubeconfig string) {
+	logger := klog.FromContext(ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		logger.Error(err, "Not recording images")
+		return
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		logger.Error(err, "Not recording images")
+		return
+	}
+	for ctx.Err() == nil {
+		wi, err := cs.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Second):
+			}
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				s.add(p)
+			}
+		}
+		wi.Stop()
+	}
+}
+
+func (s *imageSet) add(p *corev1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		s.seen[c.Image] = true
+	}
+}
+
+func (s *imageSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.seen))
+	for im := range s.seen {
+		out = append(out, im)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func joinLines(ss []string) string {
+	var b []byte
+	for _, s := range ss {
+		b = append(b, s...)
+		b = append(b, '\n')
+	}
+	return string(b)
+}
+
+// UnlistedImages are the images pods used that the runs file does not list
+// for run (neither built from source nor skipped with a reason).
+func (f File) UnlistedImages(run string, used []string) []string {
+	listed := map[string]bool{}
+	for _, im := range f.Images {
+		for _, r := range im.Runs {
+			if r == run {
+				listed[im.Image] = true
+			}
+		}
+	}
+	var out []string
+	for _, u := range used {
+		if !listed[u] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
