@@ -55,6 +55,9 @@ type realNetwork struct {
 	// VIPs are the load balancers' addresses, owned by the VPC router.
 	VIPs   netip.Prefix `json:"vips"`
 	Uplink netip.Prefix `json:"uplink"`
+	// agentTarget is the proxy server's loopback agent port, served at the
+	// gateway's agentGatewayPort ("" without the network proxy).
+	agentTarget string
 }
 
 func (l layout) realNetworkFile() string { return filepath.Join(l.dir, "real-network.json") }
@@ -113,13 +116,18 @@ func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next
 // cloudArgs are `cloud serve`'s flags for real machines: the subnet as its
 // node pool, the uplink, the pod range routed into the VPC, every range
 // covered on the host (the Service range too: nothing answers it outside
-// the nodes), kube-apiserver at the gateway, upstream's images public.
+// the nodes), kube-apiserver (and the proxy server's agent port) at the
+// gateway, upstream's images public.
 func (n realNetwork) cloudArgs(apiServerHost string) []string {
-	return []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
+	args := []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
 		"--vip-pool=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(),
 		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
 		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
 		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/"}
+	if n.agentTarget != "" {
+		args = append(args, fmt.Sprintf("--vpc-expose=%d=%s", agentGatewayPort, n.agentTarget))
+	}
+	return args
 }
 
 // realNodesUnavailable says why this machine cannot run real nodes, and
@@ -265,8 +273,14 @@ func ensureRealInstances(ctx context.Context, env *environment, n int, zones []s
 		name, zone := nodeName(i), zones[i%len(zones)]
 		inst, ok := byName[name]
 		if !ok {
+			// Each machine's own: its network proxy agent's credential.
+			ud, err := nodeAgentUserData(env, name, userData)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			created, err := env.cloudClient.CreateInstance(ctx, api.CreateInstanceRequest{Name: name, Zone: zone,
-				Labels: map[string]string{LabelMachine: "real"}, UserData: userData})
+				Labels: map[string]string{LabelMachine: "real"}, UserData: ud})
 			if err != nil {
 				errs[i] = fmt.Errorf("create machine %s: %w", name, err)
 				return

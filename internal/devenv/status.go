@@ -143,7 +143,14 @@ func proxyStatuses(ctx context.Context, l layout) []ProxyStatus {
 	}
 	out := []ProxyStatus{check(ProxyStatus{Role: "server", ID: st.Server.ID, Address: st.Server.Socket}, st.Server.Health)}
 	for _, a := range st.Agents {
-		out = append(out, check(ProxyStatus{Role: "agent", ID: a.ID, Zone: a.Zone, Nodes: a.Nodes, Address: st.Server.AgentAddress}, a.Health))
+		// A real node's agent dials the server at the VPC gateway, and
+		// answers on the node's address, which the host reaches through
+		// the VPC.
+		addr := a.AgentAddress
+		if addr == "" {
+			addr = st.Server.AgentAddress
+		}
+		out = append(out, check(ProxyStatus{Role: "agent", ID: a.ID, Zone: a.Zone, Nodes: a.Nodes, Address: addr}, a.Health))
 	}
 	return out
 }

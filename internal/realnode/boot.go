@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -42,7 +44,7 @@ func Boot(ctx context.Context, c *BootConfig) error {
 	if err := render(c, l); err != nil {
 		return err
 	}
-	if err := mountMachinePaths(l, hostPaths(c)); err != nil {
+	if err := mountMachinePaths(l, append(hostPaths(c), c.ProxyAgent.paths()...)); err != nil {
 		return err
 	}
 	// Pods route through the machine: forwarding in its own namespace.
@@ -57,6 +59,11 @@ func Boot(ctx context.Context, c *BootConfig) error {
 		{name: "containerd", path: c.Bin.Containerd, args: []string{"--config", l.etc("containerd.toml")}, ready: socketReady(ContainerdSocket)},
 		{name: "kubelet", path: c.Bin.Kubelet, args: kubeletArgs(c, l)},
 		{name: "kube-proxy", path: c.Bin.KubeProxy, args: []string{"--config=" + l.etc("kube-proxy.yaml"), fmt.Sprintf("--v=%d", c.Verbosity)}},
+	}
+	// The network proxy's agent last: it needs nothing of the others, and
+	// stopping first it tells the server to drain before kubelet goes.
+	if c.ProxyAgent != nil {
+		daemons = append(daemons, &daemon{name: "proxy-agent", path: c.ProxyAgent.Bin, args: agentArgs(c)})
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -92,6 +99,45 @@ func Boot(ctx context.Context, c *BootConfig) error {
 			}
 		}
 	}
+}
+
+// agentArgs are the node's proxy-agent's flags: its ID and identifiers
+// are the node's name and address, and it serves its health where the host
+// reaches it through the VPC (the node's address), its admin port on the
+// machine's loopback only.
+func agentArgs(c *BootConfig) []string {
+	a := c.ProxyAgent
+	host, port, _ := net.SplitHostPort(a.Server)
+	health := a.HealthPort
+	if health == 0 {
+		health = DefaultAgentHealthPort
+	}
+	ids := url.Values{"host": {c.NodeName}}
+	if ip, err := netip.ParseAddr(c.NodeIP); err == nil && ip.Is4() {
+		ids.Set("ipv4", c.NodeIP)
+	} else {
+		ids.Set("ipv6", c.NodeIP)
+	}
+	return []string{"proxy-agent", "--proxy-server-host=" + host, "--proxy-server-port=" + port,
+		"--agent-id=" + c.NodeName, "--agent-identifiers=" + ids.Encode(),
+		"--ca-cert=" + a.CAFile, "--agent-cert=" + a.CertFile, "--agent-key=" + a.KeyFile,
+		"--health-server-host=" + c.NodeIP, "--health-server-port=" + strconv.Itoa(health),
+		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(health+1),
+		// Its tunnels get a moment when the machine stops, not the
+		// open-ended drain of a rolling restart: a powered-off machine's
+		// connections end anyway.
+		"--drain-timeout=1s",
+		fmt.Sprintf("--v=%d", c.Verbosity),
+	}
+}
+
+// paths are the host directories the agent needs inside the machine (nil
+// without an agent).
+func (a *ProxyAgent) paths() []string {
+	if a == nil {
+		return nil
+	}
+	return []string{filepath.Dir(a.Bin), filepath.Dir(a.CAFile), filepath.Dir(a.CertFile), filepath.Dir(a.KeyFile)}
 }
 
 // mountMachinePaths binds the machine's own directories over /var/lib,

@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // BootConfig is a machine's user data: everything its init needs.
@@ -63,6 +65,53 @@ type BootConfig struct {
 	// NodeLabels are kubelet's --node-labels (outside the kubernetes.io
 	// namespaces, which NodeRestriction keeps from kubelets).
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// ProxyAgent, when set, runs the network proxy's agent on the machine:
+	// kube-apiserver's logs, exec, attach and port-forward then reach this
+	// node's kubelet from inside the node, as konnectivity's DaemonSet does.
+	ProxyAgent *ProxyAgent `json:"proxyAgent,omitempty"`
+}
+
+// ProxyAgent is a node's `portside proxy-agent`. Its ID and identifiers
+// are not configured: the init derives them from NodeName and NodeIP, so
+// they are always this node's (the server grants no other to a
+// node-bound credential anyway).
+type ProxyAgent struct {
+	// Bin is the portside binary (host path).
+	Bin string `json:"bin"`
+	// Server is host:port of the proxy server's agent port (the VPC
+	// gateway).
+	Server string `json:"server"`
+	// CAFile verifies the server; CertFile and KeyFile are the node's
+	// client certificate (CommonName system:node:<NodeName>).
+	CAFile   string `json:"caFile"`
+	CertFile string `json:"certFile"`
+	KeyFile  string `json:"keyFile"`
+	// HealthPort serves /healthz, /readyz and /metrics on NodeIP (default
+	// DefaultAgentHealthPort): the machine's own port, reached from the
+	// host through the VPC.
+	HealthPort int `json:"healthPort,omitempty"`
+}
+
+// DefaultAgentHealthPort is upstream konnectivity-agent's health port.
+const DefaultAgentHealthPort = 8093
+
+// validate names the agent section's first wrong fields.
+func (a *ProxyAgent) validate() []error {
+	var errs []error
+	for name, p := range map[string]string{"proxyAgent.bin": a.Bin, "proxyAgent.caFile": a.CAFile,
+		"proxyAgent.certFile": a.CertFile, "proxyAgent.keyFile": a.KeyFile} {
+		if p == "" || !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", name, p))
+		}
+	}
+	host, port, err := net.SplitHostPort(a.Server)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		errs = append(errs, fmt.Errorf("proxyAgent.server %q: want host:port of the proxy server's agent port", a.Server))
+	}
+	if a.HealthPort < 0 || a.HealthPort > 65535 {
+		errs = append(errs, fmt.Errorf("proxyAgent.healthPort %d: want 1-65535 (0: %d)", a.HealthPort, DefaultAgentHealthPort))
+	}
+	return errs
 }
 
 // Binaries are the host paths of what a node runs.
@@ -111,6 +160,9 @@ func (c *BootConfig) Validate() error {
 		if p == "" || !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", name, p))
 		}
+	}
+	if c.ProxyAgent != nil {
+		errs = append(errs, c.ProxyAgent.validate()...)
 	}
 	return errors.Join(errs...)
 }

@@ -68,7 +68,7 @@ func TestUpRealNodes(t *testing.T) {
 		"1 pod ready on node-",
 		// kube-apiserver → proxy-server → agent → a real kubelet, whose
 		// serving certificate the CCM's approver let the cluster CA sign.
-		"through proxy-server and agent-zone-",
+		"agent on node-1 connected (in the machine",
 		"stopping local cloud (pid",
 	} {
 		if !strings.Contains(string(out), want) {
@@ -185,9 +185,12 @@ func powerCycle(t *testing.T, data, node string) {
 	})
 }
 
-// throughTheProxy runs kubectl exec, attach and port-forward against a real
-// demo pod: kube-apiserver reaches the kubelet only through proxy-server and
-// the agent (its egress selector sends all cluster traffic there).
+// throughTheProxy runs kubectl logs, exec, attach and port-forward against
+// a real demo pod: kube-apiserver reaches the kubelet only through
+// proxy-server and an agent (its egress selector sends all cluster traffic
+// there), and each one must pass through the agent inside the pod's node:
+// the packets the server sent that agent (its /metrics, read through the
+// VPC at the address `portside status` probes) grow with each.
 func throughTheProxy(t *testing.T, data string) {
 	t.Helper()
 	binDir, err := tools.BinDir()
@@ -201,11 +204,69 @@ func throughTheProxy(t *testing.T, data string) {
 		t.Fatalf("demo pods: %v %v", pods, err)
 	}
 	pod := pods.Items[0].Name
-	out, err := exec.Command(kubectl, kcfg, "-n", "demo", "exec", pod, "--", "/agnhost", "connect", "--timeout=2s", "127.0.0.1:8080").CombinedOutput()
+	// The agent on the pod's node answers where `up`'s network-proxy state
+	// says; viaNodeAgent reads the DIAL_REQ and DATA packets proxy-server
+	// has sent it.
+	node := pods.Items[0].Spec.NodeName
+	viaNodeAgent := func() func() int {
+		b, err := os.ReadFile(filepath.Join(data, "netproxy", "state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ Agents []struct{ ID, Health string } }
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		health := ""
+		for _, a := range st.Agents {
+			if a.ID == node {
+				health = a.Health
+			}
+		}
+		if health == "" {
+			t.Fatalf("no agent on %s in the network proxy's state: %s", node, b)
+		}
+		re := regexp.MustCompile(`(?m)^konnectivity_network_proxy_agent_stream_packets_total\{packet_type="(?:DIAL_REQ|DATA)",segment="to_agent"\} (\d+)`)
+		return func() int {
+			t.Helper()
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + health + "/metrics")
+			if err != nil {
+				t.Fatalf("the agent on %s: %v", node, err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+				var v int
+				_, _ = fmt.Sscan(m[1], &v)
+				n += v
+			}
+			return n
+		}
+	}()
+	through := func(what string, before int) {
+		t.Helper()
+		if after := viaNodeAgent(); after <= before {
+			t.Errorf("%s: the agent on %s got no packets from proxy-server (%d before, %d after): not through the node's agent", what, node, before, after)
+		}
+	}
+	before := viaNodeAgent()
+	out, err := exec.Command(kubectl, kcfg, "-n", "demo", "logs", pod, "-c", "hello", "--tail=1").CombinedOutput()
+	if err != nil {
+		t.Errorf("kubectl logs %s: %v\n%s", pod, err, out)
+	}
+	through("kubectl logs", before)
+	before = viaNodeAgent()
+	out, err = exec.Command(kubectl, kcfg, "-n", "demo", "exec", pod, "--", "/agnhost", "connect", "--timeout=2s", "127.0.0.1:8080").CombinedOutput()
 	if err != nil {
 		t.Errorf("kubectl exec %s: %v\n%s", pod, err, out)
 	}
+	through("kubectl exec", before)
 	// port-forward: a local port to the pod's 8080, answered by the pod.
+	before = viaNodeAgent()
 	pf := exec.Command(kubectl, kcfg, "-n", "demo", "port-forward", "pod/"+pod, ":8080")
 	pfOut := &syncBuffer{}
 	pf.Stdout, pf.Stderr = pfOut, pfOut
@@ -225,8 +286,10 @@ func throughTheProxy(t *testing.T, data string) {
 		body, err := io.ReadAll(resp.Body)
 		return err == nil && strings.TrimSpace(string(body)) == pod
 	})
+	through("kubectl port-forward", before)
 	// attach: the container's output stream, live (netexec logs the request
 	// made while attached).
+	before = viaNodeAgent()
 	at := exec.Command(kubectl, kcfg, "-n", "demo", "attach", pod, "-c", "hello")
 	atOut := &syncBuffer{}
 	at.Stdout, at.Stderr = atOut, atOut
@@ -242,4 +305,5 @@ func throughTheProxy(t *testing.T, data string) {
 		}
 		return strings.Contains(atOut.String(), marker)
 	})
+	through("kubectl attach", before)
 }

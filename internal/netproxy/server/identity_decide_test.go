@@ -19,6 +19,8 @@ func TestDecideIdentifiers(t *testing.T) {
 	tokenA := Principal{User: "system:serviceaccount:kube-system:konnectivity-agent", Node: "node-a"}
 	tokenNoNode := Principal{User: "system:serviceaccount:kube-system:konnectivity-agent"}
 	gateway := Principal{User: "gw", Groups: []string{"gateways"}}
+	// A real node's agent in `portside up`: CN=system:node:<name>, no group.
+	certA := PrincipalFromCert(&x509.Certificate{Subject: pkix.Name{CommonName: "system:node:node-a"}})
 	ids := func(q string) header.Identifiers {
 		i, err := header.GenAgentIdentifiers(q)
 		if err != nil {
@@ -57,6 +59,11 @@ func TestDecideIdentifiers(t *testing.T) {
 		{"no identity gets nothing, even if told routes are allowed", Principal{}, "host=node-a&ipv4=10.0.0.1&cidr=0.0.0.0/0&default-route=true", nil, true, "",
 			[]Denial{{"host", "node-a", DenyNoIdentity}, {"ipv4", "10.0.0.1", DenyNoIdentity}, {"cidr", "0.0.0.0/0", DenyNoIdentity}, {"default-route", "true", DenyNoIdentity}}},
 		{"nothing claimed", tokenA, "", nodeA, false, "", nil},
+		{"node certificate: its own name and address", certA, "host=node-a&ipv4=10.0.0.1", nodeA, false, "host=node-a&ipv4=10.0.0.1", nil},
+		{"node certificate: another node's name and address", certA, "host=node-b&ipv4=10.0.0.2", nodeA, false, "",
+			[]Denial{{"host", "node-b", DenyNotOwnHost}, {"ipv4", "10.0.0.2", DenyNotOwnAddr}}},
+		{"node certificate: routes", certA, "cidr=10.0.0.0/8&default-route=true", nodeA, false, "",
+			[]Denial{{"cidr", "10.0.0.0/8", DenyRouteClaim}, {"default-route", "true", DenyRouteClaim}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kept, denied := DecideIdentifiers(tc.p, ids(tc.claims), tc.node, tc.routes)
@@ -76,6 +83,7 @@ func TestPrincipalFromCert(t *testing.T) {
 		want    Principal
 	}{
 		{"system:node:node-a", "system:nodes", Principal{User: "system:node:node-a", Groups: []string{"system:nodes"}, Node: "node-a"}},
+		{"system:node:node-a", "", Principal{User: "system:node:node-a", Node: "node-a"}}, // no group needed: the CommonName binds
 		// A CommonName equal to a node's name is a user, not that node.
 		{"node-a", "", Principal{User: "node-a"}},
 		{"system:konnectivity-agent:zone-1", "portside:proxy-gateways", Principal{User: "system:konnectivity-agent:zone-1", Groups: []string{"portside:proxy-gateways"}}},
