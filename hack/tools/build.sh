@@ -9,7 +9,8 @@
 #   a real node: kubelet, kube-proxy (with the control plane, one go build);
 #     containerd, containerd-shim-runc-v2, ctr, crictl and the CNI plugins in
 #     bin/cni (hack/tools/node, one go build); and, static for images,
-#     agnhost and our own pause (cmd/portside-pause).
+#     agnhost and our own pause (cmd/portside-pause); CoreDNS for the
+#     cluster's DNS (hack/tools/coredns, static, its own go build).
 # runc and nft are Debian's (hack/ensure-node-packages.sh).
 set -euo pipefail
 
@@ -19,13 +20,14 @@ root=$(cd "$here/../.." && pwd)
 source "$here/versions.env"
 out="$root/_output/tools/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}/bin"
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd proxy-server proxy-agent kubelet-credential-harness
-  kubelet kube-proxy agnhost containerd containerd-shim-runc-v2 ctr crictl pause)
+  kubelet kube-proxy agnhost containerd containerd-shim-runc-v2 ctr crictl pause coredns)
 cni_plugins=(ptp host-local loopback portmap bridge)
 
 # The stamp is a hash of everything that decides the binaries' content.
 stamp=$(cat "$here/versions.env" "$here/build.sh" "$here/go.mod" "$here/go.sum" \
   "$here/etcd/go.mod" "$here/etcd/go.sum" "$here/etcd/main.go" \
   "$here"/kubelet-credential-harness/*.go "$here/node/go.mod" "$here/node/go.sum" \
+  "$here/coredns/go.mod" "$here/coredns/go.sum" "$here/coredns/main.go" \
   "$root/cmd/portside-pause/main.go" | sha256sum | cut -c1-16)
 
 have_all() {
@@ -48,6 +50,7 @@ require "$here/etcd/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" ETCD_VERSI
 require "$here/node/go.mod" github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" CONTAINERD_VERSION
 require "$here/node/go.mod" github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION" CNI_PLUGINS_VERSION
 require "$here/node/go.mod" sigs.k8s.io/cri-tools "$CRI_TOOLS_VERSION" CRI_TOOLS_VERSION
+require "$here/coredns/go.mod" github.com/coredns/coredns "$COREDNS_VERSION" COREDNS_VERSION
 
 export GOWORK=off GOFLAGS=-mod=readonly
 # The image tags are upstream's, read from the sources at the pins: a
@@ -137,6 +140,13 @@ mv "$tmp/node/"* "$tmp/"
 run_step "pause (cmd/portside-pause, static)" "seconds" \
   bash -c "cd '$root' && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags '-s -w' -o '$tmp/pause' ./cmd/portside-pause"
 
+# Its own module: CoreDNS's requirements (k8s.io at its own patch, ...)
+# must not move what hack/tools and hack/tools/node build. Static, as the
+# others in images; packages at the node build's versions (grpc, protobuf,
+# prometheus) come from the build cache.
+run_step "coredns ${COREDNS_VERSION} (static)" "about 2-4 min cold" \
+  bash -c "cd '$here/coredns' && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o '$tmp/coredns' ."
+
 got=$("$tmp/kube-apiserver" --version)
 [ "$got" = "Kubernetes ${KUBE_VERSION}" ] || { echo "tools: kube-apiserver --version says '$got', want 'Kubernetes ${KUBE_VERSION}'" >&2; exit 1; }
 for b in kubelet kube-proxy; do
@@ -148,7 +158,9 @@ v=$("$tmp/containerd" --version)
 for b in proxy-server proxy-agent; do
   "$tmp/$b" --help >/dev/null 2>&1 || { echo "tools: $b --help failed" >&2; exit 1; }
 done
-for f in agnhost pause containerd containerd-shim-runc-v2 ctr crictl "${cni_plugins[@]/#/cni/}"; do
+v=$("$tmp/coredns" -version); v=${v%%$'\n'*} # its first line
+[ "$v" = "CoreDNS-${COREDNS_VERSION#v}" ] || { echo "tools: coredns -version says '$v', want CoreDNS-${COREDNS_VERSION#v}" >&2; exit 1; }
+for f in agnhost pause coredns containerd containerd-shim-runc-v2 ctr crictl "${cni_plugins[@]/#/cni/}"; do
   go version -m "$tmp/$f" | grep -q 'CGO_ENABLED=0' || { echo "tools: $f is not static (CGO_ENABLED=0)" >&2; exit 1; }
 done
 # One rename per file: processes running the old binaries keep them.
@@ -156,4 +168,4 @@ mkdir -p "$out/cni"
 for b in "${bins[@]}"; do mv -f "$tmp/$b" "$out/$b"; done
 for b in "${cni_plugins[@]}"; do mv -f "$tmp/cni/$b" "$out/cni/$b"; done
 echo "$stamp" > "$out/.stamp"
-echo "tools: ready in ${out#"$root"/} after $((SECONDS - total_start))s: $got, etcd ${ETCD_VERSION}, apiserver-network-proxy ${ANP_VERSION}, containerd ${CONTAINERD_VERSION}, CNI plugins ${CNI_PLUGINS_VERSION}, crictl ${CRI_TOOLS_VERSION}, agnhost ${AGNHOST_VERSION}"
+echo "tools: ready in ${out#"$root"/} after $((SECONDS - total_start))s: $got, etcd ${ETCD_VERSION}, apiserver-network-proxy ${ANP_VERSION}, containerd ${CONTAINERD_VERSION}, CNI plugins ${CNI_PLUGINS_VERSION}, crictl ${CRI_TOOLS_VERSION}, agnhost ${AGNHOST_VERSION}, coredns ${COREDNS_VERSION}"

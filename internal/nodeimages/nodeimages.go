@@ -1,8 +1,8 @@
 // Package nodeimages builds the images a real node's pods need from the
 // static binaries `make tools` builds (no public registry is reachable, and
 // `portside up` must not need one): the sandbox image containerd runs for
-// every pod, from our own pause program, and agnhost, under their upstream
-// names. Push puts them in the local cloud's registry at the repository a
+// every pod, from our own pause program, agnhost, and CoreDNS for the
+// cluster's DNS, under their upstream names. Push puts them in the local cloud's registry at the repository a
 // containerd mirror of registry.k8s.io asks for, so upstream manifests work
 // unchanged; WriteOCILayout and WriteArchive are for `ctr images import`.
 package nodeimages
@@ -38,7 +38,20 @@ const (
 	// AgnhostImage is test/utils/image's Agnhost of k8s.io/kubernetes
 	// v1.37.2, its tag test/images/agnhost/VERSION.
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	// CoreDNSImage is the name kubeadm v1.37 deploys CoreDNS under, at
+	// COREDNS_VERSION.
+	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
 )
+
+// capNetBindService is a security.capability extended attribute (struct
+// vfs_cap_data, revision 2, little endian) of cap_net_bind_service=+ep:
+// what upstream's Dockerfile sets with setcap, so CoreDNS running as a
+// non-root user binds port 53 with only NET_BIND_SERVICE in its bounding
+// set, as kubeadm's Deployment gives it.
+const capNetBindService = "\x01\x00\x00\x02" + "\x00\x04\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00"
+
+// nonroot is distroless' non-root user, upstream CoreDNS's USER.
+const nonroot = "65532"
 
 // epoch is every timestamp in the images: the same binaries give the same
 // digests, build after build.
@@ -62,6 +75,7 @@ type file struct {
 	dir  bool
 	link string // a symbolic link's target
 	data string
+	caps string // security.capability, a PAX record (containerd sets it)
 }
 
 // spec says how one image is made from one binary of the tools directory.
@@ -69,8 +83,10 @@ type spec struct {
 	name   string
 	binary string // in the tools bin directory
 	path   string // of the binary in the image
-	files  []file
-	config v1.Config
+	// binCaps is the binary's security.capability attribute ("" none).
+	binCaps string
+	files   []file
+	config  v1.Config
 }
 
 // specs are the images Build makes: what upstream's Dockerfiles give them
@@ -104,6 +120,24 @@ func specs() []spec {
 				ExposedPorts: map[string]struct{}{
 					"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {},
 				},
+			},
+		},
+		{
+			// coredns' Dockerfile: FROM distroless static nonroot, the
+			// binary with cap_net_bind_service=+ep, USER nonroot,
+			// EXPOSE 53 53/udp, ENTRYPOINT /coredns. Of distroless only
+			// the users and /tmp: no CA certificates, since nothing
+			// here forwards over TLS.
+			name: CoreDNSImage, binary: tools.CoreDNS, path: "/coredns", binCaps: capNetBindService,
+			files: []file{
+				{path: "etc", mode: 0o755, dir: true},
+				{path: "etc/group", mode: 0o644, data: "root:x:0:\nnonroot:x:" + nonroot + ":\n"},
+				{path: "etc/passwd", mode: 0o644, data: "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:" + nonroot + ":" + nonroot + ":nonroot:/home/nonroot:/sbin/nologin\n"},
+				{path: "tmp", mode: 0o1777, dir: true},
+			},
+			config: v1.Config{
+				Entrypoint: []string{"/coredns"}, User: nonroot + ":" + nonroot, WorkingDir: "/",
+				ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}},
 			},
 		},
 	}
@@ -167,7 +201,7 @@ func build(s spec, bin []byte, arch string) (v1.Image, error) {
 // layerTar is the binary at s.path plus s.files: sorted, fixed times,
 // owned by root.
 func layerTar(s spec, bin []byte) ([]byte, error) {
-	entries := append([]file{{path: s.path[1:], mode: 0o755, data: string(bin)}}, s.files...)
+	entries := append([]file{{path: s.path[1:], mode: 0o755, data: string(bin), caps: s.binCaps}}, s.files...)
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -178,6 +212,9 @@ func layerTar(s spec, bin []byte) ([]byte, error) {
 			h.Typeflag, h.Name, h.Size = tar.TypeDir, e.path+"/", 0
 		case e.link != "":
 			h.Typeflag, h.Linkname, h.Mode, h.Size = tar.TypeSymlink, e.link, 0o777, 0
+		}
+		if e.caps != "" {
+			h.Format, h.PAXRecords = tar.FormatPAX, map[string]string{"SCHILY.xattr.security.capability": e.caps}
 		}
 		if err := tw.WriteHeader(&h); err != nil {
 			return nil, fmt.Errorf("tar %s: %w", e.path, err)

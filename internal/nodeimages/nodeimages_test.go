@@ -3,6 +3,7 @@ package nodeimages
 import (
 	"archive/tar"
 	"debug/elf"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 func fakeBinDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, b := range []string{tools.Pause, tools.Agnhost} {
+	for _, b := range []string{tools.Pause, tools.Agnhost, tools.CoreDNS} {
 		if err := os.WriteFile(filepath.Join(dir, b), fakeELF(t, elf.ET_EXEC, elf.EM_X86_64, elf.PT_LOAD), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -76,6 +77,7 @@ func TestBuild(t *testing.T) {
 		{PauseImage, []string{"/pause"}, nil, "65535:65535", []string{"pause"}, "", ""},
 		{AgnhostImage, []string{"/agnhost"}, []string{"pause"}, "",
 			[]string{"agnhost", "agnhost-2", "etc/", "etc/group", "etc/passwd", "tmp/", "uploads/"}, "agnhost-2", "agnhost"},
+		{CoreDNSImage, []string{"/coredns"}, nil, "65532:65532", []string{"coredns", "etc/", "etc/group", "etc/passwd", "tmp/"}, "", ""},
 	}
 	if len(images) != len(want) {
 		t.Fatalf("Build made %d images, want %d", len(images), len(want))
@@ -183,6 +185,9 @@ func TestNamesMatchVersions(t *testing.T) {
 	if want := "registry.k8s.io/e2e-test-images/agnhost:" + v.Agnhost; AgnhostImage != want {
 		t.Errorf("AgnhostImage = %q, versions.env gives %q", AgnhostImage, want)
 	}
+	if want := "registry.k8s.io/coredns/coredns:" + v.CoreDNS; CoreDNSImage != want {
+		t.Errorf("CoreDNSImage = %q, versions.env gives %q", CoreDNSImage, want)
+	}
 }
 
 // TestMirrorRef: the repository is the upstream path without its host,
@@ -275,6 +280,37 @@ func TestWriteOCILayout(t *testing.T) {
 	for _, n := range []string{"oci-layout", "index.json", "blobs/"} {
 		if !names[n] {
 			t.Errorf("archive lacks %s: %v", n, names)
+		}
+	}
+}
+
+// TestCoreDNSCapability: /coredns carries cap_net_bind_service=+ep (a
+// revision 2 vfs_cap_data), as upstream's setcap gives it, so CoreDNS as
+// the image's non-root user may bind port 53; no other file has
+// capabilities.
+func TestCoreDNSCapability(t *testing.T) {
+	images, err := Build(fakeBinDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range images {
+		for path, h := range layerEntries(t, img.Image) {
+			got := h.PAXRecords["SCHILY.xattr.security.capability"]
+			if img.Name != CoreDNSImage || path != "coredns" {
+				if got != "" {
+					t.Errorf("%s %s has capabilities %x", img.Name, path, got)
+				}
+				continue
+			}
+			b := []byte(got)
+			if len(b) != 20 {
+				t.Fatalf("%s: security.capability is %d bytes (%x), want 20", path, len(b), b)
+			}
+			magic := binary.LittleEndian.Uint32(b[0:])
+			permitted := binary.LittleEndian.Uint32(b[4:])
+			if magic != 0x02000001 || permitted != 1<<10 || binary.LittleEndian.Uint32(b[8:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+				t.Errorf("%s: security.capability %x, want revision 2, effective, permitted CAP_NET_BIND_SERVICE (bit 10) only", path, b)
+			}
 		}
 	}
 }

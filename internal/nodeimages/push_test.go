@@ -52,7 +52,7 @@ func TestPushServedPullByDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRepos := map[string]string{PauseImage: "pause", AgnhostImage: "e2e-test-images/agnhost"}
+	wantRepos := map[string]string{PauseImage: "pause", AgnhostImage: "e2e-test-images/agnhost", CoreDNSImage: "coredns/coredns"}
 	pull, err := cloud.Client.Credential(ctx, api.CredentialRequest{Image: cloud.RegistryHost + "/pause"})
 	if err != nil {
 		t.Fatal(err)

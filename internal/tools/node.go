@@ -27,6 +27,9 @@ const (
 	// packages them as images.
 	Pause   = "pause"
 	Agnhost = "agnhost"
+	// CoreDNS is github.com/coredns/coredns at COREDNS_VERSION, static
+	// (hack/tools/coredns): the cluster's DNS, packaged as an image.
+	CoreDNS = "coredns"
 	// CNIDir is the subdirectory of the bin directory holding the CNI
 	// plugins (CNI_PLUGINS_VERSION): containerd's cni bin_dirs.
 	CNIDir = "cni"

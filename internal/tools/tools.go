@@ -49,6 +49,9 @@ type Versions struct {
 	// Agnhost and Pause are image tags: agnhost's upstream VERSION and
 	// the pause tag of containerd's default sandbox image.
 	Agnhost, Pause string
+	// CoreDNS is github.com/coredns/coredns's version (hack/tools/coredns),
+	// also its image's tag.
+	CoreDNS string
 }
 
 // Dir is the directory name under _output/tools for these versions.
@@ -104,6 +107,8 @@ func ReadVersions(root string) (Versions, error) {
 			v.Agnhost = val
 		case "PAUSE_VERSION":
 			v.Pause = val
+		case "COREDNS_VERSION":
+			v.CoreDNS = val
 		}
 	}
 	if v.Kube == "" || v.Etcd == "" {
