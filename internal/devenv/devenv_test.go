@@ -57,12 +57,12 @@ func TestCCMArgsParse(t *testing.T) {
 		}
 		return o
 	}
-	o := parse(ccmArgs("/k", "/c", 1, 1))
+	o := parse(ccmArgs("/k", "/c", ClusterCIDR, ServiceCIDR, 1, 1))
 	if o.CloudProvider != "local" || o.Kubeconfig != "/k" || o.CloudConfig != "/c" || o.LeaderElect || o.SecurePort != 0 {
 		t.Errorf("options = %+v", o)
 	}
 	// Replicas elect a leader, each under its own identity.
-	o = parse(ccmArgs("/k", "/c", 2, 2))
+	o = parse(ccmArgs("/k", "/c", ClusterCIDR, ServiceCIDR, 2, 2))
 	if !o.LeaderElect || !strings.HasPrefix(o.LeaderElectIdentity, "ccm-2_") || o.LeaseDuration != CCMLeaseDuration {
 		t.Errorf("replica options = %+v", o)
 	}

@@ -25,7 +25,7 @@ import (
 // range is the apiserver's). One replica runs without leader election;
 // several compete for the Lease, each with its identity, on short timings so
 // a take-over shows within seconds.
-func ccmArgs(kubeconfig, cloudConfig string, replicas, replica int) []string {
+func ccmArgs(kubeconfig, cloudConfig, podCIDR, serviceCIDR string, replicas, replica int) []string {
 	args := []string{
 		"ccm",
 		"--cloud-provider=local",
@@ -34,8 +34,8 @@ func ccmArgs(kubeconfig, cloudConfig string, replicas, replica int) []string {
 		"--secure-port=0",
 		"--bind-address=127.0.0.1",
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + ClusterCIDR,
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--cluster-cidr=" + podCIDR,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--configure-cloud-routes=true",
 	}
 	if replicas == 1 {
@@ -72,7 +72,8 @@ const CCMLeaseDuration = 8 * time.Second
 // ccmIdentity names replica i (from 1) in the leader Lease.
 func ccmIdentity(i int) string { return fmt.Sprintf("ccm-%d", i) }
 
-// The environment's pod and service ranges.
+// The pod and Service ranges of simulated nodes, and the first choice of
+// real ones (each real-node environment takes free ones: realNetwork).
 const (
 	ClusterCIDR = "10.244.0.0/16"
 	ServiceCIDR = "10.96.0.0/16"
@@ -160,7 +161,7 @@ func startCCMReplica(ctx context.Context, s *stack, env *environment, exe string
 	// Built at every start: a restarted replica gets a fresh leader
 	// identity (ccmArgs), so it waits for the Lease like any candidate.
 	args := func() []string {
-		a := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.ccmReplicas, i), extra...)
+		a := append(ccmArgs(env.kubeconfig(), env.cloudConfig(), env.podCIDR(), env.serviceCIDR(), env.ccmReplicas, i), extra...)
 		if env.ccmBinary == "" {
 			if env.realNodes {
 				// Real kubelets ask for serving certificates by CSR: the

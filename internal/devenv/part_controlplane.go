@@ -55,6 +55,22 @@ type environment struct {
 	netproxyState *netproxyState
 }
 
+// podCIDR and serviceCIDR are the environment's ranges: real nodes' are
+// chosen per environment (realNetwork), simulated nodes' are fixed.
+func (env *environment) podCIDR() string {
+	if env.realNodes && env.realNet.Pods.IsValid() {
+		return env.realNet.Pods.String()
+	}
+	return ClusterCIDR
+}
+
+func (env *environment) serviceCIDR() string {
+	if env.realNodes && env.realNet.Services.IsValid() {
+		return env.realNet.Services.String()
+	}
+	return ServiceCIDR
+}
+
 // startControlPlane starts etcd and kube-apiserver from `make tools`, with
 // durable state, and writes the admin kubeconfig.
 func startControlPlane(ctx context.Context, s *stack, env *environment) error {
@@ -63,7 +79,7 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		return err
 	}
 	s.p.step("control plane", "starting etcd and kube-apiserver (state in %s)", env.controlPlane())
-	opts := controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: ServiceCIDR}
+	opts := controlplane.Options{Dir: env.controlPlane(), BinDir: binDir, Durable: true, ServiceClusterIPRange: env.serviceCIDR()}
 	if env.realNodes {
 		// Real kubelets: TLS bootstrap, the Node authorizer, and the VPC
 		// gateway (where they reach it) in the serving certificate.

@@ -20,7 +20,7 @@ import (
 // the control plane's key, no serving port (nothing scrapes it here) and no
 // leader election (one replica), a higher client rate. Node IPAM stays off: the CCM's gives the
 // pod CIDRs.
-func kcmArgs(kubeconfig, pki string) []string {
+func kcmArgs(kubeconfig, pki, serviceCIDR string) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
 		"--cloud-provider=external",
@@ -30,7 +30,7 @@ func kcmArgs(kubeconfig, pki string) []string {
 		"--service-account-private-key-file=" + filepath.Join(pki, "sa.key"),
 		"--root-ca-file=" + filepath.Join(pki, "ca.crt"),
 		"--allocate-node-cidrs=false",
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		// The user's own load is all this apiserver serves: a Deployment of
 		// 1,000 pods should not wait on the default 20 requests/s.
 		"--kube-api-qps=200", "--kube-api-burst=400",
@@ -52,7 +52,7 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	}
 	logPath := filepath.Join(env.logs(), "kube-controller-manager.log")
 	s.p.step("controllers", "starting kube-controller-manager --cloud-provider=external (log %s)", logPath)
-	args := kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki"))
+	args := kcmArgs(env.kubeconfig(), filepath.Join(env.controlPlane(), "pki"), env.serviceCIDR())
 	if env.realNodes {
 		// Real kubelets' client certificates, by TLS bootstrap.
 		args = append(args, "--cluster-signing-cert-file="+env.cp.CAFile(), "--cluster-signing-key-file="+env.cp.CAKeyFile(),
@@ -63,7 +63,7 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 	if env.ccmBinary != "" {
 		// A CCM built from k8s.io/cloud-provider alone has no node IPAM
 		// (k/k's main adds it): kube-controller-manager's gives pod CIDRs.
-		args = append(args, "--allocate-node-cidrs=true", "--cluster-cidr="+ClusterCIDR)
+		args = append(args, "--allocate-node-cidrs=true", "--cluster-cidr="+env.podCIDR())
 	}
 	run := func() (*proc.Process, error) {
 		return proc.Start("kube-controller-manager", bin, args, nil, logPath)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,11 @@ type realNetwork struct {
 	// VIPs are the load balancers' addresses, owned by the VPC router.
 	VIPs   netip.Prefix `json:"vips"`
 	Uplink netip.Prefix `json:"uplink"`
+	// Pods and Services are the cluster's pod and Service ranges: covered
+	// on the host like the rest, so each real-node environment on a host
+	// needs its own (a /16 of 10.224.0.0/11 and of 10.96.0.0/12).
+	Pods     netip.Prefix `json:"pods"`
+	Services netip.Prefix `json:"services"`
 	// agentTarget is the proxy server's loopback agent port, served at the
 	// gateway's agentGatewayPort ("" without the network proxy).
 	agentTarget string
@@ -72,6 +78,10 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 	if data, err := os.ReadFile(l.realNetworkFile()); err == nil {
 		if err := json.Unmarshal(data, &n); err != nil || !n.Block.IsValid() || !n.Subnet.IsValid() || !n.Uplink.IsValid() || !n.VIPs.IsValid() {
 			return n, fmt.Errorf("%s is damaged (%v): remove it", l.realNetworkFile(), err)
+		}
+		if !n.Pods.IsValid() || !n.Services.IsValid() {
+			// Written before the ranges were per environment: what it used.
+			n.Pods, n.Services = netip.MustParsePrefix(ClusterCIDR), netip.MustParsePrefix(ServiceCIDR)
 		}
 		return n, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -94,6 +104,13 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 			return n, fmt.Errorf("every /22 of 198.18.0.0/15 is in use on this host: stop another real-node environment")
 		}
 	}
+	var err error
+	if n.Pods, err = firstUnused(netip.MustParsePrefix(ClusterCIDR), netip.MustParsePrefix("10.224.0.0/11"), 16); err != nil {
+		return n, fmt.Errorf("pod range: %w", err)
+	}
+	if n.Services, err = firstUnused(netip.MustParsePrefix(ServiceCIDR), netip.MustParsePrefix("10.96.0.0/12"), 16); err != nil {
+		return n, fmt.Errorf("Service range: %w", err)
+	}
 	data, _ := json.Marshal(n)
 	return n, os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644)
 }
@@ -110,6 +127,34 @@ func realNetworkAt(i uint32) realNetwork {
 	}
 }
 
+// firstUnused is the first /bits of pool, from preferred on (wrapping),
+// that nothing on the host uses.
+func firstUnused(preferred, pool netip.Prefix, bits int) (netip.Prefix, error) {
+	cands := subnets(pool, bits)
+	start := slices.Index(cands, preferred)
+	for i := range cands {
+		c := cands[(max(start, 0)+i)%len(cands)]
+		free, err := vpc.Unused(c)
+		if err != nil {
+			return c, err
+		}
+		if free {
+			return c, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("every /%d of %s is in use on this host: stop another real-node environment", bits, pool)
+}
+
+// subnets lists the /bits of an IPv4 pool in order.
+func subnets(pool netip.Prefix, bits int) []netip.Prefix {
+	var out []netip.Prefix
+	base := binary.BigEndian.Uint32(pool.Masked().Addr().AsSlice())
+	for i := uint32(0); i < 1<<(bits-pool.Bits()); i++ {
+		out = append(out, netip.PrefixFrom(addrAt(base, i<<(32-bits)), bits))
+	}
+	return out
+}
+
 // gateway is where the machines reach the host's services.
 func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next() }
 
@@ -121,7 +166,7 @@ func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next
 func (n realNetwork) cloudArgs(apiServerHost string) []string {
 	args := []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
 		"--vip-pool=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(),
-		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
+		"--vpc-route=" + n.Pods.String(), "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + n.Pods.String(), "--vpc-cover=" + n.Services.String(),
 		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
 		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/"}
 	if n.agentTarget != "" {
@@ -236,7 +281,7 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 		Bin: realnode.Binaries{Kubelet: bins.Kubelet, KubeProxy: bins.KubeProxy, Containerd: bins.Containerd, Shim: bins.ContainerdShimRuncV2,
 			Runc: bins.Runc, CNIDir: bins.CNIBinDir},
 		APIServer: apiURL, CAFile: ca, BootstrapToken: token, KubeProxyKubeconfig: filepath.Join(shared, "kube-proxy.kubeconfig"),
-		ClusterCIDR: ClusterCIDR, ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage,
+		ClusterCIDR: env.podCIDR(), ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage,
 		Mirrors:    map[string]string{"registry.k8s.io": "http://" + strings.TrimSpace(string(reg))},
 		NodeLabels: map[string]string{LabelMachine: "real"},
 	}

@@ -40,7 +40,7 @@ func waitNodesInitialized(ctx context.Context, s *stack, env *environment) error
 			}
 		}
 		if done >= len(env.nodes) {
-			s.p.step("nodes", "%d/%d initialized by the ccm in %.1fs (zones and providerIDs set, taint removed, pod CIDRs from %s routed in the cloud)", done, len(env.nodes), time.Since(began).Seconds(), ClusterCIDR)
+			s.p.step("nodes", "%d/%d initialized by the ccm in %.1fs (zones and providerIDs set, taint removed, pod CIDRs from %s routed in the cloud)", done, len(env.nodes), time.Since(began).Seconds(), env.podCIDR())
 			return nil
 		}
 		if time.Since(began) > timeout {

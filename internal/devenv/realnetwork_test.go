@@ -42,15 +42,32 @@ func TestRealNetworkAt(t *testing.T) {
 // ranges included, and kube-apiserver is served at the gateway.
 func TestRealCloudArgs(t *testing.T) {
 	n := realNetworkAt(5)
+	n.Pods, n.Services = netip.MustParsePrefix("10.230.0.0/16"), netip.MustParsePrefix("10.97.0.0/16")
 	args := strings.Join(n.cloudArgs("127.0.0.1:6443"), " ")
 	for _, want := range []string{
 		"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
 		"--vip-pool=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(),
-		"--vpc-route=" + ClusterCIDR, "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + ClusterCIDR, "--vpc-cover=" + ServiceCIDR,
+		"--vpc-route=10.230.0.0/16", "--vpc-cover=" + n.Block.String(), "--vpc-cover=10.230.0.0/16", "--vpc-cover=10.97.0.0/16",
 		"--vpc-expose=6443=127.0.0.1:6443", "--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("cloud args lack %s: %s", want, args)
 		}
+	}
+}
+
+func TestSubnets(t *testing.T) {
+	p := netip.MustParsePrefix
+	pods := subnets(p("10.224.0.0/11"), 16)
+	if len(pods) != 32 || pods[0] != p("10.224.0.0/16") || pods[20] != p("10.244.0.0/16") || pods[31] != p("10.255.0.0/16") {
+		t.Errorf("subnets(10.224.0.0/11, 16) = %v", pods)
+	}
+	svcs := subnets(p("10.96.0.0/12"), 16)
+	if len(svcs) != 16 || svcs[0] != p("10.96.0.0/16") || svcs[15] != p("10.111.0.0/16") {
+		t.Errorf("subnets(10.96.0.0/12, 16) = %v", svcs)
+	}
+	// Neither pool meets the ranges tests' VPCs take (vpctest: 10.208.0.0/12).
+	if p("10.224.0.0/11").Overlaps(p("10.208.0.0/12")) || p("10.96.0.0/12").Overlaps(p("10.208.0.0/12")) {
+		t.Error("a pool overlaps vpctest's range")
 	}
 }

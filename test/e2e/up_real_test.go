@@ -107,7 +107,7 @@ func environmentMarks(t *testing.T, data string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n struct{ Subnet string }
+	var n struct{ Subnet, Pods, Services string }
 	if err := json.Unmarshal(b, &n); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,9 @@ func environmentMarks(t *testing.T, data string) []string {
 		t.Fatal(err)
 	}
 	subnet := n.Subnet[:strings.LastIndex(n.Subnet, ".")+1]
-	return []string{"ps" + vpc.IDFor(abs), "ps-" + vpc.IDFor(abs), subnet, "10.244.", "10.96."}
+	// The environment's own pod and Service ranges (a /16 each).
+	pods, svcs := n.Pods[:strings.Index(n.Pods, ".0.0/")+1], n.Services[:strings.Index(n.Services, ".0.0/")+1]
+	return []string{"ps" + vpc.IDFor(abs), "ps-" + vpc.IDFor(abs), subnet, pods, svcs}
 }
 
 func checkHostAsFound(t *testing.T, when string, before hostsnap.Snapshot, mine []string) {
