@@ -277,12 +277,19 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 	if err != nil {
 		return "", fmt.Errorf("the cloud serves no registry to its VPC: %w", err)
 	}
+	// Pods name private images by the registry's own host, as users push
+	// them; the machines reach it at the gateway.
+	vpcRegistry := "http://" + strings.TrimSpace(string(reg))
+	credProvider, err := realNodeCredentialProvider(env, shared)
+	if err != nil {
+		return "", err
+	}
 	c := realnode.BootConfig{
 		Bin: realnode.Binaries{Kubelet: bins.Kubelet, KubeProxy: bins.KubeProxy, Containerd: bins.Containerd, Shim: bins.ContainerdShimRuncV2,
-			Runc: bins.Runc, CNIDir: bins.CNIBinDir},
+			Runc: bins.Runc, CNIDir: bins.CNIBinDir, CredentialProviderDir: filepath.Join(env.credentialProvider(), "bin")},
 		APIServer: apiURL, CAFile: ca, BootstrapToken: token, KubeProxyKubeconfig: filepath.Join(shared, "kube-proxy.kubeconfig"),
-		ClusterCIDR: env.podCIDR(), ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage,
-		Mirrors:    map[string]string{"registry.k8s.io": "http://" + strings.TrimSpace(string(reg))},
+		ClusterCIDR: env.podCIDR(), ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage, CredentialProviderConfig: credProvider,
+		Mirrors:    map[string]string{"registry.k8s.io": vpcRegistry, env.registryHost: vpcRegistry},
 		NodeLabels: map[string]string{LabelMachine: "real"},
 	}
 	data, err := json.Marshal(c)

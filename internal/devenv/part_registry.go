@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/portside-io/portside/deploy"
 	"github.com/portside-io/portside/internal/controlplane"
 	"github.com/portside-io/portside/internal/localcloud/registry"
+	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -92,4 +94,43 @@ func linkPlugin(path string) error {
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// realNodeCredentialProvider writes, into the machines' shared directory,
+// what their kubelets need to pull the registry's private images, and
+// returns the CredentialProviderConfig's path. The pods name images by the
+// registry's own host (env.registryHost, what `portside cloud registries`
+// lists and users push to), which each machine's containerd mirrors to the
+// gateway; so matchImages is that host, and the cloud signs credentials
+// for it. The plugin runs inside the machine, whose loopback is its own:
+// it reaches the cloud's API at the gateway (the cloud's vpc-endpoint),
+// with the nodes' pull-only token, the narrowest the cloud issues
+// (registry-pull-credentials and nothing else: no push, no instances).
+func realNodeCredentialProvider(env *environment, shared string) (string, error) {
+	endpoint, err := os.ReadFile(filepath.Join(env.cloud(), server.VPCEndpointFile))
+	if err != nil {
+		return "", fmt.Errorf("the cloud serves no API to its VPC: %w", err)
+	}
+	// A copy beside the config: the machine sees the host's files only
+	// where its user data names them (a data directory under /var/lib is
+	// hidden by the machine's own /var/lib, save the paths named).
+	token, err := os.ReadFile(filepath.Join(env.cloud(), nodePullTokenFile))
+	if err != nil {
+		return "", err
+	}
+	tokenFile := filepath.Join(shared, nodePullTokenFile)
+	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
+		return "", err
+	}
+	cloudConfig := filepath.Join(shared, "cloud.yaml")
+	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", strings.TrimSpace(string(endpoint)), tokenFile)
+	if err := os.WriteFile(cloudConfig, []byte(cfg), 0o600); err != nil {
+		return "", err
+	}
+	data, err := deploy.CredentialProviderConfig(false, env.registryHost, credentialPluginName, cloudConfig)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(shared, "credential-provider.yaml")
+	return path, os.WriteFile(path, []byte(data), 0o644)
 }

@@ -164,6 +164,29 @@ func (s *Server) exposeRegistry(ctx context.Context, regHost, dataDir string) er
 	return os.WriteFile(filepath.Join(dataDir, RegistryVPCEndpointFile), []byte(at.String()+"\n"), 0o644)
 }
 
+// VPCAPIPort is where machines reach the cloud's API: the VPC gateway's
+// port 8780 (written to <data-dir>/vpc-endpoint as a URL). A machine's
+// credential plugin asks it for registry credentials; the machines have
+// their own network namespace, so the API's loopback address is not theirs.
+const VPCAPIPort = 8780
+
+// VPCEndpointFile holds the API's URL as machines reach it.
+const VPCEndpointFile = "vpc-endpoint"
+
+// exposeAPI serves the API (listening at apiAddr) to the machines at the
+// gateway. What a caller there may do is still its token's: up gives the
+// machines a pull-only scoped token, never the admin one.
+func (s *Server) exposeAPI(ctx context.Context, apiAddr, dataDir string) error {
+	if s.hv == nil {
+		return nil
+	}
+	at, err := s.hv.Expose(ctx, hypervisor.Exposure{Port: VPCAPIPort, Target: apiAddr})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dataDir, VPCEndpointFile), []byte("http://"+at.String()+"\n"), 0o644)
+}
+
 func (s *Server) closeMachines() {
 	if s.hv != nil {
 		if err := s.hv.Close(context.Background()); err != nil {

@@ -122,6 +122,12 @@ func Run(ctx context.Context, opts RunOptions) error {
 		return fmt.Errorf("cannot listen on %s: %w (is another cloud running? pick another --listen)", opts.Listen, err)
 	}
 	endpoint := "http://" + ln.Addr().String()
+	// Before the endpoint file: once it exists, clients may look for this one.
+	if err := srv.exposeAPI(ctx, ln.Addr().String(), opts.DataDir); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer func() { _ = os.Remove(filepath.Join(opts.DataDir, VPCEndpointFile)) }()
 	if err := os.WriteFile(filepath.Join(opts.DataDir, EndpointFile), []byte(endpoint+"\n"), 0o644); err != nil {
 		_ = ln.Close()
 		return err
