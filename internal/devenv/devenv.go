@@ -184,6 +184,10 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 	} else {
 		_ = os.Remove(l.netproxyStateFile()) // an earlier run's
 	}
+	if env.realNodes {
+		// Pods need initialized nodes (taint removed, routes) to run.
+		steps = append(steps, step{"cluster DNS", startClusterDNS})
+	}
 	for _, st := range steps {
 		if err := st.fn(ctx, s, env); err != nil {
 			if ctx.Err() != nil {

@@ -168,7 +168,7 @@ func (n realNetwork) cloudArgs(apiServerHost string) []string {
 		"--vip-pool=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(),
 		"--vpc-route=" + n.Pods.String(), "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + n.Pods.String(), "--vpc-cover=" + n.Services.String(),
 		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
-		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/"}
+		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/", "--registry-public-prefix=coredns/"}
 	if n.agentTarget != "" {
 		args = append(args, fmt.Sprintf("--vpc-expose=%d=%s", agentGatewayPort, n.agentTarget))
 	}
@@ -291,6 +291,7 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 		ClusterCIDR: env.podCIDR(), ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage, CredentialProviderConfig: credProvider,
 		Mirrors:    map[string]string{"registry.k8s.io": vpcRegistry, env.registryHost: vpcRegistry},
 		NodeLabels: map[string]string{LabelMachine: "real"},
+		ClusterDNS: env.clusterDNS(), // the kube-dns Service (part_dns.go)
 	}
 	data, err := json.Marshal(c)
 	return string(data), err
