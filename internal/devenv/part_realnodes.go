@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,10 +104,13 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 		}
 	}
 	var err error
-	if n.Pods, err = firstUnused(netip.MustParsePrefix(ClusterCIDR), netip.MustParsePrefix("10.224.0.0/11"), 16); err != nil {
+	// From the data directory's own starting point too: two environments
+	// starting at the same moment rarely try the same range first.
+	seed := binary.BigEndian.Uint32(sum[4:8])
+	if n.Pods, err = firstUnused(netip.MustParsePrefix("10.224.0.0/11"), 16, seed); err != nil {
 		return n, fmt.Errorf("pod range: %w", err)
 	}
-	if n.Services, err = firstUnused(netip.MustParsePrefix(ServiceCIDR), netip.MustParsePrefix("10.96.0.0/12"), 16); err != nil {
+	if n.Services, err = firstUnused(netip.MustParsePrefix("10.96.0.0/12"), 16, seed); err != nil {
 		return n, fmt.Errorf("Service range: %w", err)
 	}
 	data, _ := json.Marshal(n)
@@ -127,13 +129,12 @@ func realNetworkAt(i uint32) realNetwork {
 	}
 }
 
-// firstUnused is the first /bits of pool, from preferred on (wrapping),
+// firstUnused is the first /bits of pool, from the seed's on (wrapping),
 // that nothing on the host uses.
-func firstUnused(preferred, pool netip.Prefix, bits int) (netip.Prefix, error) {
+func firstUnused(pool netip.Prefix, bits int, seed uint32) (netip.Prefix, error) {
 	cands := subnets(pool, bits)
-	start := slices.Index(cands, preferred)
 	for i := range cands {
-		c := cands[(max(start, 0)+i)%len(cands)]
+		c := cands[(int(seed%uint32(len(cands)))+i)%len(cands)]
 		free, err := vpc.Unused(c)
 		if err != nil {
 			return c, err
