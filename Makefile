@@ -48,7 +48,7 @@ image: ## Build the OCI image of portside (linux/amd64, linux/arm64) into _outpu
 	$(GO) run ./hack/image --version '$(VERSION)' --commit '$(COMMIT)' --go '$(GO)' --out _output/image/oci $(if $(IMAGE_PUSH),--push '$(IMAGE_PUSH)') $(IMAGE_FLAGS)
 
 .PHONY: tools
-tools: ## Build the pinned control plane (etcd, kube-apiserver, KCM, kube-scheduler, kubectl, ANP proxy-server/agent, credential-provider harness) and real nodes' parts (kubelet, kube-proxy, containerd, CNI plugins, crictl, agnhost, pause) (once)
+tools: ## Build the pinned control plane (etcd, kube-apiserver, KCM, kube-scheduler, kubectl, ANP proxy-server/agent, credential-provider harness) and real nodes' parts (kubelet, kube-proxy, containerd, CNI plugins, crictl, agnhost, pause, CoreDNS) (once)
 	@hack/tools/build.sh
 
 .PHONY: e2e-tools
