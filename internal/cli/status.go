@@ -66,7 +66,10 @@ func printStatus(w io.Writer, rep *devenv.Report, output string) error {
 	fmt.Fprintln(tw, "NETWORK PROXY\tROLE\tSERVES\tADDRESS\tREADY")
 	for _, p := range rep.NetworkProxy {
 		serves, ready := "cluster egress", "yes"
-		if p.Role == "agent" {
+		switch {
+		case p.Role == "agent" && p.Nodes == 0:
+			serves = p.Zone // a gateway agent: what it routes, no node
+		case p.Role == "agent":
 			serves = fmt.Sprintf("%s (%d node%s)", p.Zone, p.Nodes, map[bool]string{true: "", false: "s"}[p.Nodes == 1])
 		}
 		if !p.Ready {

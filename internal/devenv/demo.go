@@ -120,17 +120,20 @@ func demo(ctx context.Context, p *progress, env *environment, once bool) error {
 
 // showLogs reads a demo pod's log as `kubectl logs` does: kube-apiserver
 // reaches the node's kubelet through the network proxy (server, then the
-// agent of the node's zone).
+// agent in the node's machine with real nodes, or of its zone).
 func showLogs(ctx context.Context, p *progress, env *environment) error {
 	running, _, err := demoPods(ctx, env)
 	if err != nil || len(running) == 0 {
 		return fmt.Errorf("no running pod to read logs of (%v)", err)
 	}
 	pod := running[0]
-	zone := ""
+	agent := ""
 	for _, n := range env.nodes {
 		if n.name == pod.Spec.NodeName {
-			zone = n.zone
+			agent = "agent-" + n.zone
+			if env.realNodes {
+				agent = "the agent on " + n.name
+			}
 		}
 	}
 	began := time.Now()
@@ -138,7 +141,7 @@ func showLogs(ctx context.Context, p *progress, env *environment) error {
 	if err != nil {
 		return fmt.Errorf("logs of pod %s through the network proxy: %w (see %s)", pod.Name, err, filepath.Join(env.logs(), "proxy-server.log"))
 	}
-	p.step("demo", "kubectl logs %s → %q in %s, through proxy-server and agent-%s", pod.Name, strings.TrimSpace(string(data)), time.Since(began).Round(time.Millisecond), zone)
+	p.step("demo", "kubectl logs %s → %q in %s, through proxy-server and %s", pod.Name, strings.TrimSpace(string(data)), time.Since(began).Round(time.Millisecond), agent)
 	return nil
 }
 

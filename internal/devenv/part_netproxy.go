@@ -155,7 +155,7 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 // then it runs the host's default-route agent and waits for every node's.
 func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) error {
 	if env.realNodes {
-		p, err := startHostAgent(ctx, s, env, netproxyPart{ID: gatewayAgentID, Zone: "default-route"}, url.Values{"default-route": {"true"}})
+		p, err := startHostAgent(ctx, s, env, netproxyPart{ID: gatewayAgentID, Zone: "default route (the host's loopback: the CCM's webhook)"}, url.Values{"default-route": {"true"}})
 		if err != nil {
 			return err
 		}

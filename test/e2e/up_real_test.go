@@ -69,6 +69,8 @@ func TestUpRealNodes(t *testing.T) {
 		// kube-apiserver → proxy-server → agent → a real kubelet, whose
 		// serving certificate the CCM's approver let the cluster CA sign.
 		"agent on node-1 connected (in the machine",
+		// kubectl logs of the demo: through the agent in the pod's machine.
+		"through proxy-server and the agent on node-",
 		"stopping local cloud (pid",
 	} {
 		if !strings.Contains(string(out), want) {
