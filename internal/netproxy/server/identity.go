@@ -115,7 +115,7 @@ func (s *Server) reportDenials(logger logr.Logger, agentID string, p Principal, 
 	// --allow-route-claims, must be visible by default.
 	logger.Info("Agent may not claim some identifiers; they are ignored", "user", p.User, "node", p.Node, "denied", denied,
 		"hint", denialHint)
-	if p.Node != "" && s.nodes != nil {
+	if p.Node != "" && s.nodes != nil && eventWorthy(denied) {
 		parts := make([]string, len(denied))
 		for i, d := range denied {
 			parts[i] = d.Kind + "=" + d.Value + " (" + d.Reason + ")"

@@ -185,3 +185,17 @@ func DecideIdentifiers(p Principal, claims header.Identifiers, node *NodeFacts, 
 	}
 	return kept, denied
 }
+
+// eventWorthy decides whether denials warrant a Warning Event on the Node:
+// not when every one is only that the Node does not exist yet. An agent in
+// a machine starts before its kubelet registers the Node (every boot of a
+// real node); its claims are granted once the Node appears (nodeChanged),
+// and the log line and the denial metric still record the wait.
+func eventWorthy(denied []Denial) bool {
+	for _, d := range denied {
+		if d.Reason != DenyNodeNotFound {
+			return true
+		}
+	}
+	return false
+}

@@ -124,3 +124,20 @@ func TestFactsOf(t *testing.T) {
 		t.Errorf("FactsOf = %+v", f)
 	}
 }
+
+func TestEventWorthy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		denied []Denial
+		want   bool
+	}{
+		{"nothing denied", nil, false},
+		{"the Node does not exist yet (a booting machine)", []Denial{{"host", "node-a", DenyNodeNotFound}, {"ipv4", "10.0.0.1", DenyNodeNotFound}}, false},
+		{"another node's address", []Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr}}, true},
+		{"a route claim beside a missing Node", []Denial{{"host", "node-a", DenyNodeNotFound}, {"cidr", "0.0.0.0/0", DenyRouteClaim}}, true},
+	} {
+		if got := eventWorthy(tc.denied); got != tc.want {
+			t.Errorf("%s: eventWorthy(%v) = %v, want %v", tc.name, tc.denied, got, tc.want)
+		}
+	}
+}
