@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestSelects(t *testing.T) {
@@ -99,6 +101,31 @@ func TestUnlistedImages(t *testing.T) {
 	} {
 		if got := f.UnlistedImages(tc.run, tc.used); !slices.Equal(got, tc.want) {
 			t.Errorf("UnlistedImages(%s, %q) = %q, want %q", tc.run, tc.used, got, tc.want)
+		}
+	}
+}
+
+func TestCountSchedulable(t *testing.T) {
+	node := func(unschedulable bool, effects ...corev1.TaintEffect) corev1.Node {
+		n := corev1.Node{Spec: corev1.NodeSpec{Unschedulable: unschedulable}}
+		for _, e := range effects {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "k", Effect: e})
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []corev1.Node
+		want  int
+	}{
+		{"none", nil, 0},
+		{"three plain", []corev1.Node{node(false), node(false), node(false)}, 3},
+		{"cordoned", []corev1.Node{node(true), node(false)}, 1},
+		{"NoSchedule and NoExecute taints", []corev1.Node{node(false, corev1.TaintEffectNoSchedule), node(false, corev1.TaintEffectNoExecute), node(false)}, 1},
+		{"PreferNoSchedule still schedulable", []corev1.Node{node(false, corev1.TaintEffectPreferNoSchedule)}, 1},
+	} {
+		if got := CountSchedulable(tc.nodes); got != tc.want {
+			t.Errorf("%s: CountSchedulable = %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }

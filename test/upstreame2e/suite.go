@@ -37,6 +37,10 @@ type SuiteOptions struct {
 	Timeout time.Duration
 	// Out receives ginkgo's output as it runs (also in ginkgo.log).
 	Out io.Writer
+	// NumNodes is e2e.test's --num-nodes; 0: the cluster's schedulable
+	// nodes, counted before the run (e2e.test's own default, -1, makes the
+	// specs that need two nodes skip: "Requires at least 2 nodes (not -1)").
+	NumNodes int
 }
 
 // Args are ginkgo's command line for o.
@@ -54,6 +58,7 @@ func (o SuiteOptions) Args() []string {
 		"--kubectl-path="+o.Kubectl,
 		"--dump-logs-on-failure=false",
 		"--report-dir="+o.ReportDir,
+		"--num-nodes="+strconv.Itoa(o.NumNodes),
 	)
 }
 
@@ -76,6 +81,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
 		w = io.MultiWriter(logf, o.Out)
 	}
 
+	if o.NumNodes == 0 {
+		if o.NumNodes, err = schedulableNodes(ctx, o.Kubeconfig); err != nil {
+			return nil, nil, err
+		}
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	images := &imageSet{seen: map[string]bool{}}
 	watched := make(chan struct{})
@@ -111,6 +121,45 @@ func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
 	return results, list, nil
 }
 
+// schedulableNodes counts the cluster's nodes that pods can be scheduled on.
+func schedulableNodes(ctx context.Context, kubeconfig string) (int, error) {
+	cs, err := clientFor(kubeconfig)
+	if err != nil {
+		return 0, err
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("counting nodes: %w", err)
+	}
+	return CountSchedulable(nodes.Items), nil
+}
+
+// CountSchedulable counts the nodes neither cordoned nor tainted NoSchedule
+// or NoExecute, as e2e's own node listing does.
+func CountSchedulable(nodes []corev1.Node) int {
+	n := 0
+	for _, node := range nodes {
+		ok := !node.Spec.Unschedulable
+		for _, t := range node.Spec.Taints {
+			if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+				ok = false
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+func clientFor(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
 // imageSet collects the images of every pod created while the suite runs.
 type imageSet struct {
 	mu   sync.Mutex
@@ -119,12 +168,7 @@ type imageSet struct {
 
 func (s *imageSet) watch(ctx context.Context, kubeconfig string) {
 	logger := klog.FromContext(ctx)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		logger.Error(err, "Not recording images")
-		return
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientFor(kubeconfig)
 	if err != nil {
 		logger.Error(err, "Not recording images")
 		return

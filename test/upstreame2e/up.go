@@ -138,6 +138,20 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// Purge keeps the environment's logs at logsTo and removes the rest of
+// its data directory (`portside down --purge`; up left its marker there),
+// after Stop.
+func (u *Up) Purge(logsTo string) error {
+	if err := os.Rename(filepath.Join(u.dataDir, "logs"), logsTo); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	out, err := exec.Command(u.bin, "down", "--purge", "--data-dir", u.dataDir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("portside down --purge --data-dir %s: %v\n%s", u.dataDir, err, out)
+	}
+	return nil
+}
+
 // WriteFile saves up's output beside the reports.
 func (u *Up) WriteFile(path string) error {
 	return os.WriteFile(path, []byte(u.out.String()), 0o644)

@@ -101,8 +101,14 @@ func run() error {
 			}
 			if err := up.Stop(context.WithoutCancel(ctx)); err != nil {
 				logger.Error(err, "Tearing down")
+				return
 			}
 			_ = up.WriteFile(filepath.Join(*reportDir, "up.log"))
+			// The components' logs stay beside the reports; the rest of
+			// the environment's state (hundreds of MB) goes.
+			if err := up.Purge(filepath.Join(*reportDir, "logs")); err != nil {
+				logger.Error(err, "Removing the environment's data directory")
+			}
 		}()
 		if err != nil {
 			return err
