@@ -129,3 +129,28 @@ func TestCountSchedulable(t *testing.T) {
 		}
 	}
 }
+
+func TestImageSet(t *testing.T) {
+	pod := func(ns string, images ...string) *corev1.Pod {
+		p := &corev1.Pod{}
+		p.Namespace = ns
+		for i, im := range images {
+			c := corev1.Container{Image: im}
+			if i == 0 {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+			} else {
+				p.Spec.Containers = append(p.Spec.Containers, c)
+			}
+		}
+		return p
+	}
+	s := &imageSet{seen: map[string]bool{}, ignore: map[string]bool{"kube-system": true, "demo": true}}
+	s.add(pod("kube-system", "registry.k8s.io/coredns/coredns:v1.15.0"))
+	s.add(pod("demo", "registry.k8s.io/e2e-test-images/agnhost:2.66.1"))
+	s.add(pod("loadbalancers-1", "init:1", "registry.k8s.io/e2e-test-images/agnhost:2.66.1"))
+	s.add(pod("esipp-2", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", "b:2"))
+	want := []string{"b:2", "init:1", "registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
+	if got := s.list(); !slices.Equal(got, want) {
+		t.Errorf("images = %q, want %q (the suite's namespaces only, init containers too)", got, want)
+	}
+}

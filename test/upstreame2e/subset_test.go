@@ -25,7 +25,8 @@ import (
 // TestUpstreamLoadBalancerSubset runs the "subset" run of runs.yaml, a few
 // of Kubernetes' own LoadBalancer specs, against `portside up` with two
 // real nodes: session affinity through the VIP, UDP kept while its server
-// pod moves, ETP=Local health checks, the cleanup finalizer. Every spec of
+// pod moves, ETP=Local through all nodes with endpoints, the cleanup
+// finalizer. Every spec of
 // the subset must run and pass (none skipped); a regression of the CCM's
 // service controller, the local cloud's load balancers or the real-node
 // data plane fails it. e2e.test and ginkgo come from `make e2e-tools`.

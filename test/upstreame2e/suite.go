@@ -86,8 +86,14 @@ func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
 			return nil, nil, err
 		}
 	}
+	// The suite's own namespaces only: what runs in those already there
+	// (kube-system's CoreDNS, up's demo) is the environment's, not the specs'.
+	before, err := namespaces(ctx, o.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	images := &imageSet{seen: map[string]bool{}, ignore: before}
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	images := &imageSet{seen: map[string]bool{}}
 	watched := make(chan struct{})
 	go func() { defer close(watched); images.watch(watchCtx, o.Kubeconfig) }()
 
@@ -160,10 +166,28 @@ func clientFor(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// imageSet collects the images of every pod created while the suite runs.
+func namespaces(ctx context.Context, kubeconfig string) (map[string]bool, error) {
+	cs, err := clientFor(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	out := map[string]bool{}
+	for _, n := range list.Items {
+		out[n.Name] = true
+	}
+	return out, nil
+}
+
+// imageSet collects the images of the pods the suite creates: those of
+// namespaces not in ignore (the ones there before the run).
 type imageSet struct {
-	mu   sync.Mutex
-	seen map[string]bool
+	mu     sync.Mutex
+	seen   map[string]bool
+	ignore map[string]bool
 }
 
 func (s *imageSet) watch(ctx context.Context, kubeconfig string) {
@@ -194,6 +218,9 @@ func (s *imageSet) watch(ctx context.Context, kubeconfig string) {
 func (s *imageSet) add(p *corev1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ignore[p.Namespace] {
+		return
+	}
 	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
 		s.seen[c.Image] = true
 	}
