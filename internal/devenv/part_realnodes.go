@@ -279,7 +279,8 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 		return "", fmt.Errorf("the cloud serves no registry to its VPC: %w", err)
 	}
 	// Pods name private images by the registry's own host, as users push
-	// them; the machines reach it at the gateway.
+	// them, or by its gateway name; the machines reach it at the gateway
+	// (plain HTTP).
 	vpcRegistry := "http://" + strings.TrimSpace(string(reg))
 	credProvider, err := realNodeCredentialProvider(env, shared)
 	if err != nil {
@@ -290,7 +291,7 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 			Runc: bins.Runc, CNIDir: bins.CNIBinDir, CredentialProviderDir: filepath.Join(env.credentialProvider(), "bin")},
 		APIServer: apiURL, CAFile: ca, BootstrapToken: token, KubeProxyKubeconfig: filepath.Join(shared, "kube-proxy.kubeconfig"),
 		ClusterCIDR: env.podCIDR(), ClusterDomain: "cluster.local", SandboxImage: nodeimages.PauseImage, CredentialProviderConfig: credProvider,
-		Mirrors:    map[string]string{"registry.k8s.io": vpcRegistry, env.registryHost: vpcRegistry},
+		Mirrors:    map[string]string{"registry.k8s.io": vpcRegistry, env.registryHost: vpcRegistry, strings.TrimPrefix(vpcRegistry, "http://"): vpcRegistry},
 		NodeLabels: map[string]string{LabelMachine: "real"},
 		ClusterDNS: env.clusterDNS(), // the kube-dns Service (part_dns.go)
 	}

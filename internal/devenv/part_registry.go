@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/portside-io/portside/deploy"
@@ -101,8 +102,8 @@ func isExecutable(path string) bool {
 // returns the CredentialProviderConfig's path. The pods name images by the
 // registry's own host (env.registryHost, what `portside cloud registries`
 // lists and users push to), which each machine's containerd mirrors to the
-// gateway; so matchImages is that host, and the cloud signs credentials
-// for it. The plugin runs inside the machine, whose loopback is its own:
+// gateway, or by the gateway's name itself (the registry's alias in the
+// VPC); matchImages is both, and the cloud signs credentials for either. The plugin runs inside the machine, whose loopback is its own:
 // it reaches the cloud's API at the gateway (the cloud's vpc-endpoint),
 // with the nodes' pull-only token, the narrowest the cloud issues
 // (registry-pull-credentials and nothing else: no push, no instances).
@@ -131,6 +132,26 @@ func realNodeCredentialProvider(env *environment, shared string) (string, error)
 	if err != nil {
 		return "", err
 	}
+	vpcHost, err := os.ReadFile(filepath.Join(env.cloud(), server.RegistryVPCEndpointFile))
+	if err != nil {
+		return "", fmt.Errorf("the cloud serves no registry to its VPC: %w", err)
+	}
+	if data, err = addMatchImage(data, env.registryHost, strings.TrimSpace(string(vpcHost))); err != nil {
+		return "", err
+	}
 	path := filepath.Join(shared, "credential-provider.yaml")
 	return path, os.WriteFile(path, []byte(data), 0o644)
+}
+
+// addMatchImage adds pattern to the matchImages entry after the one that
+// is after (the sample has one, quoted).
+func addMatchImage(config, after, pattern string) (string, error) {
+	lines := strings.Split(config, "\n")
+	for i, l := range lines {
+		if prefix, ok := strings.CutSuffix(l, `"`+after+`"`); ok && strings.HasSuffix(strings.TrimSpace(prefix), "-") {
+			lines = slices.Insert(lines, i+1, prefix+`"`+pattern+`"`)
+			return strings.Join(lines, "\n"), nil
+		}
+	}
+	return "", fmt.Errorf("the CredentialProviderConfig has no matchImages entry %q", after)
 }

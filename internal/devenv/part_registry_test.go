@@ -12,7 +12,7 @@ import (
 )
 
 // TestRealNodeCredentialProvider: what real machines' kubelets get matches
-// the registry's own host (the name pods use), runs the plugin with a cloud
+// the registry's own host and its VPC name (the names pods use), runs the plugin with a cloud
 // config of the cloud's VPC endpoint (the machine's loopback is its own)
 // and a 0600 copy of the pull-only token, never the admin token.
 func TestRealNodeCredentialProvider(t *testing.T) {
@@ -21,6 +21,9 @@ func TestRealNodeCredentialProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(env.cloud(), server.VPCEndpointFile), []byte("http://198.18.4.1:8780\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(env.cloud(), server.RegistryVPCEndpointFile), []byte("198.18.4.1:5000\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pullToken, _, err := writeNodeToken(env.cloud())
@@ -46,8 +49,8 @@ func TestRealNodeCredentialProvider(t *testing.T) {
 		t.Fatalf("%s: %v %+v", path, err, cfg)
 	}
 	p := cfg.Providers[0]
-	if p.Name != credentialPluginName || !slices.Equal(p.MatchImages, []string{env.registryHost}) {
-		t.Errorf("provider %q matching %q, want %q matching [%s]", p.Name, p.MatchImages, credentialPluginName, env.registryHost)
+	if want := []string{env.registryHost, "198.18.4.1:5000"}; p.Name != credentialPluginName || !slices.Equal(p.MatchImages, want) {
+		t.Errorf("provider %q matching %q, want %q matching %q", p.Name, p.MatchImages, credentialPluginName, want)
 	}
 	cloudConfig := filepath.Join(shared, "cloud.yaml")
 	if !slices.Contains(p.Args, "--cloud-config="+cloudConfig) {

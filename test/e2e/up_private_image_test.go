@@ -52,7 +52,9 @@ const credentialPlugin = "portside-credential-provider"
 // portside-credential-provider, which asked the cloud's API at the VPC
 // gateway for a pull credential: the kubelet's own metric
 // (kubelet_credential_provider_plugin_duration, scraped through
-// kube-apiserver's node proxy) counts the exec, with no plugin errors.
+// kube-apiserver's node proxy) counts the exec, with no plugin errors. The
+// same image named by the registry's VPC address (the gateway's port 5000)
+// runs too, with a credential of its own (one more exec).
 func TestUpRealPrivateImage(t *testing.T) {
 	vpctest.RequireRoot(t)
 	bin, root := buildPortside(t)
@@ -122,8 +124,20 @@ func TestUpRealPrivateImage(t *testing.T) {
 		t.Errorf("kubelet_credential_provider_plugin_duration_count{plugin_name=%q} went %v → %v: the kubelet did not exec the plugin for %s",
 			credentialPlugin, before.execs, after.execs, image)
 	}
-	if after.errors != before.errors {
-		t.Errorf("kubelet_credential_provider_plugin_errors_total{plugin_name=%q} went %v → %v", credentialPlugin, before.errors, after.errors)
+	// The same image by the registry's name in the VPC (the gateway's): its
+	// own credential, so one more exec.
+	vpcImage := regVPC + "/" + repo + ":1"
+	pod = runPrivatePod(t, kube, node, vpcImage)
+	if got := pod.Status.ContainerStatuses[0].ImageID; !strings.HasSuffix(got, digest) {
+		t.Errorf("the pod runs image %s, want the pushed %s", got, digest)
+	}
+	byVPC := pluginMetrics(t, kube, node)
+	t.Logf("kubelet %s: after %s, plugin execs %v, errors %v", node, vpcImage, byVPC.execs, byVPC.errors)
+	if byVPC.execs < after.execs+1 {
+		t.Errorf("no plugin exec for %s: execs %v → %v", vpcImage, after.execs, byVPC.execs)
+	}
+	if byVPC.errors != before.errors {
+		t.Errorf("kubelet_credential_provider_plugin_errors_total{plugin_name=%q} went %v → %v", credentialPlugin, before.errors, byVPC.errors)
 	}
 }
 

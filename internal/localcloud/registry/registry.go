@@ -20,8 +20,12 @@ const Realm = "portside local cloud registry"
 // Options configure a Registry.
 type Options struct {
 	// Host is the host:port clients use to reach the registry; credentials
-	// must be for it.
+	// must be for it, or for one of Aliases.
 	Host string
+	// Aliases are other host:port names clients reach the registry by (the
+	// cloud's VPC gateway, for its machines): a credential for any of them
+	// is accepted, as for Host.
+	Aliases []string
 	// Dir holds the blobs (Dir/blobs) and the manifest journal.
 	Dir string
 	// Secret verifies credentials (the cloud's credential secret).
@@ -96,6 +100,14 @@ func (r *Registry) Handler() http.Handler {
 			return
 		}
 		claims, err := Verify(r.opts.Secret, r.opts.Host, user, pass, r.opts.Now())
+		for _, a := range r.opts.Aliases {
+			if err == nil {
+				break
+			}
+			if c, aerr := Verify(r.opts.Secret, a, user, pass, r.opts.Now()); aerr == nil {
+				claims, err = c, nil
+			}
+		}
 		if err != nil {
 			r.refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED", "invalid credential: "+err.Error(), err.Error())
 			return

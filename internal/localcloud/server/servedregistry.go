@@ -3,7 +3,9 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/portside-io/portside/internal/localcloud/registry"
@@ -24,14 +26,21 @@ func (s *Server) ServeRegistry(host string) (http.Handler, error) {
 	if s.registry != nil {
 		return nil, fmt.Errorf("the registry is already served at %s", s.registryHost)
 	}
+	// With real machines the registry has a second name: the VPC
+	// gateway's port, where the machines reach it; images named by it get
+	// credentials for it.
+	var aliases []string
+	if s.hv != nil {
+		aliases = []string{netip.AddrPortFrom(s.hv.Network().Gateway(), VPCRegistryPort).String()}
+	}
 	reg, err := registry.New(registry.Options{
-		Host: host, Dir: filepath.Join(s.dir, RegistryDir), Secret: s.secret, Logger: s.logger.WithName("registry"),
+		Host: host, Aliases: aliases, Dir: filepath.Join(s.dir, RegistryDir), Secret: s.secret, Logger: s.logger.WithName("registry"),
 		PublicPrefixes: s.opts.RegistryPublicPrefixes,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.recordServedRegistry(host); err != nil {
+	if err := s.recordServedRegistry(host, aliases...); err != nil {
 		_ = reg.Close()
 		return nil, err
 	}
@@ -39,15 +48,17 @@ func (s *Server) ServeRegistry(host string) (http.Handler, error) {
 	return reg.Handler(), nil
 }
 
-// recordServedRegistry makes host the served registry; "" records none.
-func (s *Server) recordServedRegistry(host string) error {
+// recordServedRegistry makes host (and its aliases) the served registry;
+// "" records none.
+func (s *Server) recordServedRegistry(host string, aliases ...string) error {
+	hosts := append([]string{host}, aliases...)
 	return s.store.Update(func(tx *store.Tx) error {
 		regs, err := store.List[api.Registry](tx, store.Registries)
 		if err != nil {
 			return err
 		}
 		for _, r := range regs {
-			if r.Served && r.Host != host {
+			if r.Served && !slices.Contains(hosts, r.Host) {
 				if err := tx.Delete(store.Registries, r.Host); err != nil {
 					return err
 				}
@@ -56,14 +67,19 @@ func (s *Server) recordServedRegistry(host string) error {
 		if host == "" {
 			return nil
 		}
-		cur, ok, err := store.Get[api.Registry](tx, store.Registries, host)
-		if err != nil {
-			return err
+		for _, h := range hosts {
+			cur, ok, err := store.Get[api.Registry](tx, store.Registries, h)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				cur = api.Registry{Host: h, CreatedAt: time.Now().UTC()}
+			}
+			cur.Served = true
+			if err := tx.Put(store.Registries, h, cur); err != nil {
+				return err
+			}
 		}
-		if !ok {
-			cur = api.Registry{Host: host, CreatedAt: time.Now().UTC()}
-		}
-		cur.Served = true
-		return tx.Put(store.Registries, host, cur)
+		return nil
 	})
 }
