@@ -142,8 +142,8 @@ run_step "pause (cmd/portside-pause, static)" "seconds" \
 
 # Its own module: CoreDNS's requirements (k8s.io at its own patch, ...)
 # must not move what hack/tools and hack/tools/node build. Static, as the
-# others in images; packages at the node build's versions (grpc, protobuf,
-# prometheus) come from the build cache.
+# others in images. It shares almost no compiled package with them (other
+# versions, or cgo): about 3 CPU-minutes cold.
 run_step "coredns ${COREDNS_VERSION} (static)" "about 2-4 min cold" \
   bash -c "cd '$here/coredns' && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o '$tmp/coredns' ."
 
