@@ -45,10 +45,14 @@ const LabelMachine = "portside.io/machine"
 const apiServerGatewayPort = 6443
 
 // realNetwork is a real-node environment's address plan, kept in the data
-// directory: a /22 of 198.18.0.0/15 (reserved for benchmarking, never
-// routed on the internet) for the machines' subnet (/24) and the
-// host↔router uplink (/30), chosen from the data directory's path so two
-// environments rarely share one (vpc.Up refuses an overlap, naming it).
+// directory: a /22 of 198.18.0.0/16 (198.18.0.0/15 is reserved for
+// benchmarking, never routed on the internet) for the machines' subnet
+// (/24) and the VIPs (/24), and the host↔router uplink (/30) in
+// 198.19.255.0/24, outside the nodes' /16: Kubernetes' e2e suite takes a
+// client inside a node address's /16 for a node (source NAT), and the
+// host is a client from outside. The slot is chosen from the data
+// directory's path so two environments rarely share one (vpc.Up refuses
+// an overlap, naming it).
 type realNetwork struct {
 	Block  netip.Prefix `json:"block"`
 	Subnet netip.Prefix `json:"subnet"`
@@ -89,18 +93,20 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 	// The data directory's slot, or the next one nothing on the host uses
 	// (another environment, a test's VPC): once chosen it is kept.
 	sum := sha256.Sum256([]byte(l.dir))
-	first := binary.BigEndian.Uint32(sum[:4]) % 128
-	for i := uint32(0); i < 128; i++ {
-		n = realNetworkAt((first + i) % 128)
+	first := binary.BigEndian.Uint32(sum[:4]) % realNetworkSlots
+	for i := uint32(0); i < realNetworkSlots; i++ {
+		n = realNetworkAt((first + i) % realNetworkSlots)
 		free, err := vpc.Unused(n.Block)
 		if err != nil {
 			return n, err
 		}
-		if free {
+		if up, err := vpc.Unused(n.Uplink); err != nil {
+			return n, err
+		} else if free && up {
 			break
 		}
-		if i == 127 {
-			return n, fmt.Errorf("every /22 of 198.18.0.0/15 is in use on this host: stop another real-node environment")
+		if i == realNetworkSlots-1 {
+			return n, fmt.Errorf("every /22 of 198.18.0.0/16 is in use on this host: stop another real-node environment")
 		}
 	}
 	var err error
@@ -117,7 +123,11 @@ func loadRealNetwork(l layout) (realNetwork, error) {
 	return n, os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644)
 }
 
-// realNetworkAt is slot i (0-127) of 198.18.0.0/15.
+// realNetworkSlots is how many environments' plans there are.
+const realNetworkSlots = 64
+
+// realNetworkAt is slot i (0-63): the i-th /22 of 198.18.0.0/16 and the
+// i-th /30 of 198.19.255.0/24.
 func realNetworkAt(i uint32) realNetwork {
 	base := addrAt(198<<24|18<<16, i*1024)
 	b := base.As4()
@@ -125,7 +135,7 @@ func realNetworkAt(i uint32) realNetwork {
 		Block:  netip.PrefixFrom(base, 22),
 		Subnet: netip.PrefixFrom(base, 24),
 		VIPs:   netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2] + 1, 0}), 24),
-		Uplink: netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2] + 3, 252}), 30),
+		Uplink: netip.PrefixFrom(addrAt(198<<24|19<<16|255<<8, i*4), 30),
 	}
 }
 
@@ -167,7 +177,7 @@ func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next
 func (n realNetwork) cloudArgs(apiServerHost string) []string {
 	args := []string{"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
 		"--vip-pool=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(),
-		"--vpc-route=" + n.Pods.String(), "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + n.Pods.String(), "--vpc-cover=" + n.Services.String(),
+		"--vpc-route=" + n.Pods.String(), "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + n.Uplink.Masked().String(), "--vpc-cover=" + n.Pods.String(), "--vpc-cover=" + n.Services.String(),
 		fmt.Sprintf("--vpc-expose=%d=%s", apiServerGatewayPort, apiServerHost),
 		"--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/", "--registry-public-prefix=coredns/"}
 	if n.agentTarget != "" {

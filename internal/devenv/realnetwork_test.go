@@ -12,19 +12,23 @@ func TestRealNetworkAt(t *testing.T) {
 		slot                        uint32
 		block, subnet, vips, uplink string
 	}{
-		{0, "198.18.0.0/22", "198.18.0.0/24", "198.18.1.0/24", "198.18.3.252/30"},
-		{1, "198.18.4.0/22", "198.18.4.0/24", "198.18.5.0/24", "198.18.7.252/30"},
-		{64, "198.19.0.0/22", "198.19.0.0/24", "198.19.1.0/24", "198.19.3.252/30"},
-		{127, "198.19.252.0/22", "198.19.252.0/24", "198.19.253.0/24", "198.19.255.252/30"},
+		{0, "198.18.0.0/22", "198.18.0.0/24", "198.18.1.0/24", "198.19.255.0/30"},
+		{1, "198.18.4.0/22", "198.18.4.0/24", "198.18.5.0/24", "198.19.255.4/30"},
+		{63, "198.18.252.0/22", "198.18.252.0/24", "198.18.253.0/24", "198.19.255.252/30"},
 	} {
 		n := realNetworkAt(tc.slot)
 		if n.Block != p(tc.block) || n.Subnet != p(tc.subnet) || n.VIPs != p(tc.vips) || n.Uplink != p(tc.uplink) {
 			t.Errorf("slot %d: %+v, want %s %s %s %s", tc.slot, n, tc.block, tc.subnet, tc.vips, tc.uplink)
 		}
-		for _, inner := range []netip.Prefix{n.Subnet, n.VIPs, n.Uplink} {
+		for _, inner := range []netip.Prefix{n.Subnet, n.VIPs} {
 			if !n.Block.Contains(inner.Addr()) || inner.Bits() < n.Block.Bits() {
 				t.Errorf("slot %d: %s is outside its block %s", tc.slot, inner, n.Block)
 			}
+		}
+		// The host's uplink address is outside the nodes' /16: the e2e
+		// suite takes a client inside it for a node, its source NATed.
+		if p("198.18.0.0/16").Contains(n.Uplink.Addr()) || n.Block.Overlaps(n.Uplink) {
+			t.Errorf("slot %d: uplink %s inside the nodes' /16", tc.slot, n.Uplink)
 		}
 		if n.Subnet.Overlaps(n.VIPs) || n.Subnet.Overlaps(n.Uplink) || n.VIPs.Overlaps(n.Uplink) {
 			t.Errorf("slot %d: ranges overlap: %+v", tc.slot, n)
@@ -47,7 +51,7 @@ func TestRealCloudArgs(t *testing.T) {
 	for _, want := range []string{
 		"--machines=real", "--node-pool=" + n.Subnet.String(), "--vpc-uplink=" + n.Uplink.String(),
 		"--vip-pool=" + n.VIPs.String(), "--vpc-local=" + n.VIPs.String(), "--vpc-route=" + n.VIPs.String(),
-		"--vpc-route=10.230.0.0/16", "--vpc-cover=" + n.Block.String(), "--vpc-cover=10.230.0.0/16", "--vpc-cover=10.97.0.0/16",
+		"--vpc-route=10.230.0.0/16", "--vpc-cover=" + n.Block.String(), "--vpc-cover=" + n.Uplink.String(), "--vpc-cover=10.230.0.0/16", "--vpc-cover=10.97.0.0/16",
 		"--vpc-expose=6443=127.0.0.1:6443", "--registry-public-prefix=pause", "--registry-public-prefix=e2e-test-images/",
 	} {
 		if !strings.Contains(args, want) {
