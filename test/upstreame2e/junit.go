@@ -43,6 +43,9 @@ const (
 	Skipped = "skipped"
 )
 
+// notRun is the reason of a focused spec the suite never ran.
+const notRun = "not run: the suite ended before it (timeout, interrupt or abort)"
+
 // Result is one spec's row in the summary.
 type Result struct {
 	Spec     string
@@ -107,8 +110,13 @@ func Summarize(cases []junitCase, r Run) []Result {
 			res.Outcome = Skipped
 			if reason != "" {
 				res.Reason = reason
-			} else if c.Skipped != nil {
+			} else if c.Skipped != nil && strings.HasPrefix(c.Skipped.Message, "skipped - ") {
 				res.Reason = firstLine(strings.TrimPrefix(c.Skipped.Message, "skipped - "))
+			} else {
+				// Ginkgo's bare "skipped" on a focused spec that no skip
+				// names: the suite ended (timeout, interrupt, an abort)
+				// before it ran.
+				res.Reason = notRun
 			}
 		default: // failed, panicked, interrupted, aborted, timedout
 			res.Outcome = Failed
