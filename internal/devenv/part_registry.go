@@ -66,6 +66,13 @@ func setupRegistry(ctx context.Context, s *stack, env *environment) error {
 			return err
 		}
 	}
+	if env.realNodes {
+		// Real kubelets get their own config (the cloud at the gateway) in
+		// their user data: the flags below are for a kubelet on the host.
+		s.p.step("registry", "serving %s with %s; real kubelets pull its private images through %s (their --image-credential-provider-config is in their user data)",
+			env.registryHost, ref, credentialPluginName)
+		return nil
+	}
 	s.p.step("registry", "serving %s with %s; kubelet flags: --image-credential-provider-config=%s --image-credential-provider-bin-dir=%s",
 		env.registryHost, ref, filepath.Join(dir, "config.yaml"), filepath.Join(dir, "bin"))
 	return nil
