@@ -1,12 +1,9 @@
-// Module tools builds the pinned control-plane binaries used by tests and
-// `portside up`: kube-apiserver, kube-controller-manager, kube-scheduler and
-// kubectl from k8s.io/kubernetes (with a real node's kubelet and kube-proxy,
-// and agnhost for its images), and proxy-server and proxy-agent from
-// sigs.k8s.io/apiserver-network-proxy (MVS raises its k8s.io requirements to
-// the Kubernetes version here, and its konnectivity-client to the one
-// kube-apiserver uses; it compiles and works with them). It is separate
-// from the main module so their large dependency graph never leaks into
-// Portside's own go.mod.
+// Module tools builds Kubernetes' own e2e suite (e2e.test, from
+// k8s.io/kubernetes/test/e2e) and the ginkgo v2 CLI at the version
+// kubernetes requires, for hack/build-e2e.sh. Its requirements are
+// hack/tools/go.mod's (the same Kubernetes version) plus what the suite and
+// ginkgo's CLI add; go.sum is complete for both (-mod=readonly). It is apart
+// from hack/tools so the control plane's module never grows e2e's deps.
 module github.com/portside-io/portside/test/upstreame2e/tools
 
 go 1.26.0
