@@ -24,6 +24,11 @@ import (
 // JUnitFile is the name of ginkgo's report in the report directory.
 const JUnitFile = "junit.xml"
 
+// interruptGrace is how long ginkgo has after SIGINT to run the specs'
+// clean-ups (namespace deletion waits for pods that shut down slowly) and
+// write its report.
+const interruptGrace = 3 * time.Minute
+
 // SuiteOptions say how to run e2e.test.
 type SuiteOptions struct {
 	Ginkgo, E2ETest, Kubectl string
@@ -101,13 +106,19 @@ func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
 	logger.Info("Running upstream e2e", "run", o.Run.Name, "ginkgo", o.Ginkgo, "args", args)
 	cmd := exec.CommandContext(ctx, o.Ginkgo, args...)
 	cmd.Stdout, cmd.Stderr = w, w
-	// On Ctrl-C of the runner ginkgo gets SIGINT: it stops the specs,
-	// runs their clean-ups and still writes the report.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-	cmd.WaitDelay = 2 * time.Minute
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// ginkgo and its e2e.test processes are a process group of their own.
+	// On Ctrl-C of the runner the group gets SIGINT, as from a terminal:
+	// the specs stop, their clean-ups run and ginkgo still writes the
+	// report. Whatever is left after the grace (ginkgo alone is killed by
+	// WaitDelay) is killed with the group, so no e2e.test outlives the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+	cmd.WaitDelay = interruptGrace
 	began := time.Now()
 	runErr := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	stopWatch()
 	<-watched
 	logger.Info("Upstream e2e finished", "run", o.Run.Name, "took", time.Since(began).Round(time.Second), "err", runErr)
