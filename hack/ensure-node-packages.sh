@@ -7,6 +7,12 @@
 #   iptables  iptables(-restore/-save), for kube-proxy's iptables mode and
 #             its clean-up of iptables leftovers.
 # kube-proxy deletes conntrack entries over netlink: no conntrack binary.
+# And the tools the agnhost image gets beside its static binary, where
+# upstream's Alpine image has them (internal/nodeimages/tools.go copies
+# them, with their shared libraries, from this host into the image):
+#   busybox-static  the applets (cat, sleep, seq, ...); dash  sh;
+#   wget; netcat-openbsd  nc; curl; bind9-dnsutils  dig, nslookup, host;
+#   socat; iproute2  ip, ss; bash.
 # Installing never touches the host's network: the packages load no rules,
 # and policy-rc.d keeps any service they ship from starting.
 # Outside CI it never fails the build: it says what is missing and how to
@@ -19,6 +25,11 @@ missing=()
 for c in runc nft iptables; do
 	# /usr/sbin is not on every user's PATH; the packages install there.
 	command -v "$c" >/dev/null 2>&1 || [[ -x /usr/sbin/$c ]] || missing+=("${pkg[$c]}")
+done
+# The image's tools are files of these exact packages (busybox's dynamic
+# build or another netcat would not do): asked of dpkg, not of PATH.
+for p in busybox-static dash wget netcat-openbsd curl bind9-dnsutils socat iproute2 bash; do
+	[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 done
 ((${#missing[@]} == 0)) && exit 0
 skip() {

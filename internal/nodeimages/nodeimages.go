@@ -87,11 +87,15 @@ type spec struct {
 	binCaps string
 	files   []file
 	config  v1.Config
+	// tools: a layer under the binary's with the shell and tools
+	// upstream's image has from its base (tools.go).
+	tools bool
 }
 
 // specs are the images Build makes: what upstream's Dockerfiles give them
 // that a pod can notice (entrypoint, command, user, ports, the paths tests
-// use), without upstream's base images (no shell, no alpine tools).
+// use), without upstream's base images (agnhost gets their shell and
+// tools from Debian's packages instead: tools.go).
 func specs() []spec {
 	return []spec{
 		{
@@ -105,7 +109,7 @@ func specs() []spec {
 			// pause, the agnhost-2 link entrypoint tests run, /uploads of
 			// netexec, and the user and group the SupplementalGroups test
 			// expects in the image.
-			name: AgnhostImage, binary: tools.Agnhost, path: "/agnhost",
+			name: AgnhostImage, binary: tools.Agnhost, path: "/agnhost", tools: true,
 			files: []file{
 				{path: "agnhost-2", link: "agnhost"},
 				{path: "etc", mode: 0o755, dir: true},
@@ -146,7 +150,9 @@ func specs() []spec {
 // Build makes every image from the binaries in binDir (tools.BinDir()).
 // A binary that is missing or would not run in an image without a libc is
 // refused, saying to run `make tools`.
-func Build(binDir string) ([]Image, error) {
+func Build(binDir string) ([]Image, error) { return buildAll(binDir, hostToolsLayer) }
+
+func buildAll(binDir string, toolsLayer toolsLayerFunc) ([]Image, error) {
 	var out []Image
 	for _, s := range specs() {
 		bin := filepath.Join(binDir, s.binary)
@@ -158,7 +164,13 @@ func Build(binDir string) ([]Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %s: %w", s.name, bin, err)
 		}
-		img, err := build(s, data, arch)
+		var base []mutate.Addendum
+		if s.tools {
+			if base, err = toolsAddendum(toolsLayer, arch); err != nil {
+				return nil, fmt.Errorf("image %s: %w", s.name, err)
+			}
+		}
+		img, err := build(s, data, arch, base...)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.name, err)
 		}
@@ -167,8 +179,9 @@ func Build(binDir string) ([]Image, error) {
 	return out, nil
 }
 
-// build packages one binary as s says: one OCI layer, OCI media types.
-func build(s spec, bin []byte, arch string) (v1.Image, error) {
+// build packages one binary as s says: one OCI layer over base's, OCI
+// media types.
+func build(s spec, bin []byte, arch string, base ...mutate.Addendum) (v1.Image, error) {
 	layerBytes, err := layerTar(s, bin)
 	if err != nil {
 		return nil, err
@@ -179,11 +192,11 @@ func build(s spec, bin []byte, arch string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.Append(img, append(base, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "portside internal/nodeimages: " + s.path},
-	})
+	})...)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +216,11 @@ func build(s spec, bin []byte, arch string) (v1.Image, error) {
 func layerTar(s spec, bin []byte) ([]byte, error) {
 	entries := append([]file{{path: s.path[1:], mode: 0o755, data: string(bin), caps: s.binCaps}}, s.files...)
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	return tarFiles(entries)
+}
+
+// tarFiles writes entries, in their order, as a tar with fixed times.
+func tarFiles(entries []file) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {

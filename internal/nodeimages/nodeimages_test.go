@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -30,17 +31,31 @@ func fakeBinDir(t *testing.T) string {
 	return dir
 }
 
-// layerEntries lists an image's (only) layer: path → header.
+// fakeTools is a tools layer of one file, for images built without the
+// host's packages.
+func fakeTools(arch string) ([]byte, string, error) {
+	layer, err := tarFiles([]file{{path: "bin", mode: 0o755, dir: true}, {path: "bin/sh", mode: 0o755, data: "fake " + arch}})
+	return layer, "fake tools", err
+}
+
+// buildFake builds the images from fakeBinDir's binaries and fakeTools.
+func buildFake(t *testing.T, dir string) ([]Image, error) {
+	t.Helper()
+	return buildAll(dir, fakeTools)
+}
+
+// layerEntries lists an image's last layer, the binary's: path → header.
 func layerEntries(t *testing.T, img v1.Image) map[string]*tar.Header {
 	t.Helper()
 	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %d, %v; want 1", len(layers), err)
+	if err != nil || len(layers) == 0 {
+		t.Fatalf("layers: %d, %v; want some", len(layers), err)
 	}
-	if mt, _ := layers[0].MediaType(); mt != types.OCILayer {
+	last := layers[len(layers)-1]
+	if mt, _ := last.MediaType(); mt != types.OCILayer {
 		t.Errorf("layer media type %s, want %s", mt, types.OCILayer)
 	}
-	rc, err := layers[0].Uncompressed()
+	rc, err := last.Uncompressed()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +78,7 @@ func layerEntries(t *testing.T, img v1.Image) map[string]*tar.Header {
 // with upstream's entrypoint, command and user, and one layer holding the
 // binary (executable by that user) and what upstream's tests look for.
 func TestBuild(t *testing.T) {
-	images, err := Build(fakeBinDir(t))
+	images, err := buildFake(t, fakeBinDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +88,12 @@ func TestBuild(t *testing.T) {
 		user             string
 		files            []string
 		link, linkTarget string
+		layers           int
 	}{
-		{PauseImage, []string{"/pause"}, nil, "65535:65535", []string{"pause"}, "", ""},
+		{PauseImage, []string{"/pause"}, nil, "65535:65535", []string{"pause"}, "", "", 1},
 		{AgnhostImage, []string{"/agnhost"}, []string{"pause"}, "",
-			[]string{"agnhost", "agnhost-2", "etc/", "etc/group", "etc/passwd", "tmp/", "uploads/"}, "agnhost-2", "agnhost"},
-		{CoreDNSImage, []string{"/coredns"}, nil, "65532:65532", []string{"coredns", "etc/", "etc/group", "etc/passwd", "tmp/"}, "", ""},
+			[]string{"agnhost", "agnhost-2", "etc/", "etc/group", "etc/passwd", "tmp/", "uploads/"}, "agnhost-2", "agnhost", 2},
+		{CoreDNSImage, []string{"/coredns"}, nil, "65532:65532", []string{"coredns", "etc/", "etc/group", "etc/passwd", "tmp/"}, "", "", 1},
 	}
 	if len(images) != len(want) {
 		t.Fatalf("Build made %d images, want %d", len(images), len(want))
@@ -100,6 +116,10 @@ func TestBuild(t *testing.T) {
 			}
 			if !reflect.DeepEqual(cf.Config.Entrypoint, w.entrypoint) || !reflect.DeepEqual(cf.Config.Cmd, w.cmd) || cf.Config.User != w.user {
 				t.Errorf("entrypoint %q cmd %q user %q; want %q %q %q", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User, w.entrypoint, w.cmd, w.user)
+			}
+			// agnhost: the tools layer under the binary's.
+			if layers, err := img.Image.Layers(); err != nil || len(layers) != w.layers {
+				t.Errorf("%d layers (%v), want %d", len(layers), err, w.layers)
 			}
 			entries := layerEntries(t, img.Image)
 			var got []string
@@ -131,11 +151,11 @@ func TestBuild(t *testing.T) {
 // rebuilt image is not a new one to the registry or containerd.
 func TestBuildReproducible(t *testing.T) {
 	dir := fakeBinDir(t)
-	a, err := Build(dir)
+	a, err := buildFake(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Build(dir)
+	b, err := buildFake(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,14 +175,14 @@ func TestBuildRefuses(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, tools.Agnhost)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Build(dir)
+	_, err := buildFake(t, dir)
 	if err == nil || !strings.Contains(err.Error(), AgnhostImage) || !strings.Contains(err.Error(), "make tools") {
 		t.Errorf("agnhost missing: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, tools.Agnhost), fakeELF(t, elf.ET_EXEC, elf.EM_X86_64, elf.PT_INTERP), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Build(dir)
+	_, err = buildFake(t, dir)
 	if err == nil || !strings.Contains(err.Error(), "dynamically linked") || !strings.Contains(err.Error(), filepath.Join(dir, tools.Agnhost)) {
 		t.Errorf("agnhost dynamic: %v", err)
 	}
@@ -221,7 +241,7 @@ func TestMirrorRef(t *testing.T) {
 // export does (full name for ctr import, tag as the OCI ref name), at the
 // digest Build gave it.
 func TestWriteOCILayout(t *testing.T) {
-	images, err := Build(fakeBinDir(t))
+	images, err := buildFake(t, fakeBinDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +309,7 @@ func TestWriteOCILayout(t *testing.T) {
 // the image's non-root user may bind port 53; no other file has
 // capabilities.
 func TestCoreDNSCapability(t *testing.T) {
-	images, err := Build(fakeBinDir(t))
+	images, err := buildFake(t, fakeBinDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,5 +332,45 @@ func TestCoreDNSCapability(t *testing.T) {
 				t.Errorf("%s: security.capability %x, want revision 2, effective, permitted CAP_NET_BIND_SERVICE (bit 10) only", path, b)
 			}
 		}
+	}
+}
+
+// TestBuildTools: agnhost's tools layer is under its binary's, its history
+// saying where it comes from; without the tools (packages missing) the
+// image is refused, naming it and the cause.
+func TestBuildTools(t *testing.T) {
+	dir := fakeBinDir(t)
+	images, err := buildFake(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range images {
+		if img.Name != AgnhostImage {
+			continue
+		}
+		cf, err := img.Image.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cf.History) != 2 || cf.History[0].CreatedBy != "fake tools" || cf.History[1].CreatedBy != "portside internal/nodeimages: /agnhost" {
+			t.Errorf("history %+v: want the tools, then /agnhost", cf.History)
+		}
+		layers, _ := img.Image.Layers()
+		want, _, _ := fakeTools("amd64")
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		_ = rc.Close()
+		if string(got) != string(want) {
+			t.Error("first layer is not the tools layer")
+		}
+	}
+	_, err = buildAll(dir, func(string) ([]byte, string, error) {
+		return nil, "", errors.New("Debian packages curl not installed")
+	})
+	if err == nil || !strings.Contains(err.Error(), AgnhostImage) || !strings.Contains(err.Error(), "curl not installed") {
+		t.Errorf("tools missing: %v", err)
 	}
 }
