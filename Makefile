@@ -73,7 +73,7 @@ node-packages: ## Install Debian's runc, nftables and iptables for real nodes (s
 	@hack/ensure-node-packages.sh
 
 .PHONY: test
-test: tools browser node-packages ## Run all tests, integration against a real kube-apiserver included
+test: tools e2e-tools browser node-packages ## Run all tests, integration against a real kube-apiserver included
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
 .PHONY: demo

@@ -1,11 +1,6 @@
-//go:build upstreame2e
-
-// Not in `go test ./...` yet: real-node environments share fixed pod and
-// Service ranges, so this package's `up` and test/e2e's cannot run at once
-// (go test runs packages in parallel), and the agnhost image of
-// internal/nodeimages has no /bin/sh, which the specs exec. Run it with
-// `go test -tags upstreame2e ./test/upstreame2e -run Subset` (or `make
-// e2e-upstream RUN=subset`); see docs/conformance.md.
+// The subset runs in `make test` (which builds e2e.test and ginkgo by
+// `make e2e-tools` first); the whole LoadBalancer run is `make
+// e2e-upstream` (docs/conformance.md).
 
 package upstreame2e
 

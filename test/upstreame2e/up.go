@@ -36,10 +36,10 @@ func (u *Up) Output() string { return u.out.String() }
 // waits until it says it is ready. If this process dies, up gets SIGTERM
 // and stops what it started.
 //
-// Real-node environments take the host-wide pod and Service ranges
-// (10.244.0.0/16, 10.96.0.0/16): while another one runs (another test
-// package, another user), up refuses to start ("overlaps the host's
-// route"), and StartUp waits for it, up to busyWait.
+// Each real-node environment takes ranges nothing on the host uses; two
+// starting at the same moment can still pick the same one, and the local
+// cloud then refuses the second ("overlaps the host's route"): StartUp
+// forgets the choice and starts again, up to busyWait.
 func StartUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...string) (*Up, error) {
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(busyWait)
@@ -49,8 +49,10 @@ func StartUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...
 			return u, err
 		}
 		logger.Info("Another real-node environment holds the cluster's ranges; waiting for it", "retryIn", busyRetry)
-		// up stopped what it started; down clears the rest before the retry.
+		// up stopped what it started; down clears the rest before the
+		// retry, which chooses the ranges again.
 		_ = u.Stop(ctx)
+		_ = os.Remove(filepath.Join(dataDir, "real-network.json"))
 		select {
 		case <-ctx.Done():
 			return u, ctx.Err()
@@ -59,9 +61,8 @@ func StartUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...
 	}
 }
 
-// busyWait bounds the wait for another environment's ranges: a test of
-// the real stack runs for minutes.
-var busyWait, busyRetry = 20 * time.Minute, 10 * time.Second
+// busyWait bounds the retries.
+var busyWait, busyRetry = 5 * time.Minute, 5 * time.Second
 
 // RangesBusy reports whether up's output says another environment holds
 // the ranges it needs (the local cloud refuses a VPC over a host route).
