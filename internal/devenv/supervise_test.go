@@ -1,39 +1,21 @@
 package devenv
 
 import (
-	"bytes"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/syncbuf"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSupervisorRestartsWithBackoffAndStops: a child that dies on its own
 // is restarted after the backoff, with a line saying so; stop ends the
 // restarts and stops the current child.
 func TestSupervisorRestartsWithBackoffAndStops(t *testing.T) {
 	dir := t.TempDir()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	p := &progress{w: &out, start: time.Now()}
 	starts := 0
 	start := func() (*proc.Process, error) {

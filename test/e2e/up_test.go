@@ -2,7 +2,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,10 +27,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/portside-io/portside/internal/devenv"
+	"github.com/portside-io/portside/internal/syncbuf"
 	"github.com/portside-io/portside/internal/tools"
 )
 
 // buildPortside compiles the binary once per test into a temp dir.
+// syncBuffer is what a child process writes while the test reads.
+type syncBuffer = syncbuf.Buffer
+
 func buildPortside(t testing.TB) (bin, root string) {
 	t.Helper()
 	if testing.Short() {
@@ -48,24 +50,6 @@ func buildPortside(t testing.TB) (bin, root string) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin, root
-}
-
-// syncBuffer is a bytes.Buffer safe for a process writing while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func assertNoProcessesUsing(t testing.TB, dir string) {

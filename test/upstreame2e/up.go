@@ -1,25 +1,25 @@
 package upstreame2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/portside-io/portside/internal/syncbuf"
 )
 
 // Up is a `portside up --node-mode=real` this run started.
 type Up struct {
 	bin, dataDir string
 	cmd          *exec.Cmd
-	out          *lockedBuffer
+	out          *syncbuf.Buffer
 	done         chan error
 }
 
@@ -73,7 +73,7 @@ func RangesBusy(upOutput string) bool {
 func startUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...string) (*Up, error) {
 	args := append([]string{"up", "--node-mode=real", fmt.Sprintf("--nodes=%d", nodes), "--data-dir", dataDir}, extra...)
 	klog.FromContext(ctx).Info("Starting portside up", "args", args)
-	u := &Up{bin: bin, dataDir: dataDir, out: &lockedBuffer{}, done: make(chan error, 1)}
+	u := &Up{bin: bin, dataDir: dataDir, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	u.cmd = exec.Command(bin, args...)
 	u.cmd.Dir = dir
 	u.cmd.Stdout, u.cmd.Stderr = u.out, u.out
@@ -120,23 +120,6 @@ func (u *Up) Stop(ctx context.Context) error {
 		return fmt.Errorf("portside down --data-dir %s: %v\n%s", u.dataDir, err, out)
 	}
 	return nil
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Purge keeps the environment's logs at logsTo and removes the rest of
