@@ -59,6 +59,8 @@ kube_dir=$(cd "$here" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
 got=$(tr -d '[:space:]' <"$kube_dir/test/images/agnhost/VERSION")
 [ "$got" = "$AGNHOST_VERSION" ] || {
   echo "tools: k8s.io/kubernetes ${KUBE_VERSION} builds agnhost $got, versions.env says AGNHOST_VERSION=${AGNHOST_VERSION}; update versions.env" >&2; exit 1; }
+grep -q "CoreDNSVersion = \"${COREDNS_VERSION}\"" "$kube_dir/cmd/kubeadm/app/constants/constants.go" || {
+  echo "tools: kubeadm ${KUBE_VERSION} deploys another CoreDNS than COREDNS_VERSION=${COREDNS_VERSION} (see CoreDNSVersion in $kube_dir/cmd/kubeadm/app/constants/constants.go); update versions.env and hack/tools/coredns/go.mod" >&2; exit 1; }
 ctrd_dir=$(cd "$here/node" && go list -m -f '{{.Dir}}' github.com/containerd/containerd/v2)
 grep -q "DefaultSandboxImage = \"registry.k8s.io/pause:${PAUSE_VERSION}\"" "$ctrd_dir/internal/cri/config/config.go" || {
   echo "tools: containerd ${CONTAINERD_VERSION}'s default sandbox image is not registry.k8s.io/pause:${PAUSE_VERSION} (PAUSE_VERSION in versions.env); see DefaultSandboxImage in $ctrd_dir/internal/cri/config/config.go" >&2; exit 1; }

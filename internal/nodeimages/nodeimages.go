@@ -40,7 +40,7 @@ const (
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 	// CoreDNSImage is the name kubeadm v1.37 deploys CoreDNS under, at
 	// COREDNS_VERSION.
-	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
+	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.14.6"
 )
 
 // capNetBindService is a security.capability extended attribute (struct

@@ -5,7 +5,7 @@ module github.com/portside-io/portside/hack/tools/coredns
 
 go 1.26.0
 
-require github.com/coredns/coredns v1.15.0
+require github.com/coredns/coredns v1.14.6
 
 require (
 	github.com/apparentlymart/go-cidr v1.1.1 // indirect
@@ -16,7 +16,6 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dnstap/golang-dnstap v0.4.0 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
-	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/farsightsec/golang-framestream v0.3.0 // indirect
 	github.com/flynn/go-shlex v0.0.0-20150515145356-3f9db97f8568 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
