@@ -12,7 +12,8 @@
 # them, with their shared libraries, from this host into the image):
 #   busybox-static  the applets (cat, sleep, seq, ...); dash  sh;
 #   wget; netcat-openbsd  nc; curl; bind9-dnsutils  dig, nslookup, host;
-#   socat; iproute2  ip, ss; bash.
+#   socat; iproute2  ip, ss; bash; coreutils, findutils, util-linux
+#   timeout, env, xargs, setsid, ... (busybox's would run its applets).
 # Installing never touches the host's network: the packages load no rules,
 # and policy-rc.d keeps any service they ship from starting.
 # Outside CI it never fails the build: it says what is missing and how to
@@ -28,7 +29,7 @@ for c in runc nft iptables; do
 done
 # The image's tools are files of these exact packages (busybox's dynamic
 # build or another netcat would not do): asked of dpkg, not of PATH.
-for p in busybox-static dash wget netcat-openbsd curl bind9-dnsutils socat iproute2 bash; do
+for p in busybox-static dash wget netcat-openbsd curl bind9-dnsutils socat iproute2 bash coreutils findutils util-linux; do
 	[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 done
 ((${#missing[@]} == 0)) && exit 0

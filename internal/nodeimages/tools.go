@@ -51,12 +51,33 @@ var agnhostTools = []hostTool{
 	{pkg: "iproute2", path: "/bin/ip"},
 	{pkg: "iproute2", path: "/bin/ss"},
 	{pkg: "bash", path: "/bin/bash"},
+	// busybox's applets that run a command run its own applet of that
+	// name before the program on PATH (FEATURE_PREFER_APPLETS: `timeout
+	// 5 wget` ran its crashing wget); these are the real ones.
+	{pkg: "coreutils", path: "/usr/bin/timeout"},
+	{pkg: "coreutils", path: "/usr/bin/env"},
+	{pkg: "coreutils", path: "/usr/bin/nice"},
+	{pkg: "coreutils", path: "/usr/bin/nohup"},
+	{pkg: "coreutils", path: "/usr/sbin/chroot"},
+	{pkg: "findutils", path: "/usr/bin/xargs"},
+	{pkg: "util-linux", path: "/usr/bin/setsid"},
+	{pkg: "util-linux", path: "/usr/bin/taskset"},
+	{pkg: "util-linux", path: "/usr/bin/ionice"},
+	{pkg: "util-linux", path: "/usr/bin/unshare"},
+	{pkg: "util-linux", path: "/usr/bin/nsenter"},
+	{pkg: "util-linux", path: "/usr/bin/setpriv"},
 }
 
 // nsswitch makes glibc's programs read /etc/hosts (which the kubelet
 // mounts) before DNS, as musl does in upstream's image; without the file
 // glibc asks DNS first and a NOTFOUND there ends the lookup.
 const nsswitch = "hosts: files dns\n"
+
+// wgetrc makes GNU wget try once, as busybox's wget in upstream's image
+// does: by default it tries 20 times, so the e2e specs' `wget -T 5` to an
+// address that drops the traffic (a check that it is NOT reachable) took
+// minutes instead of 5 seconds.
+const wgetrc = "tries = 1\n"
 
 // toolsLayerFunc makes the tools layer of an image of arch: the layer's
 // tar and what its history says it holds.
@@ -123,6 +144,7 @@ func toolsLayer(root hostRoot, arch string, applets func(bin string) ([]string, 
 	}
 	b.entries["etc"] = file{path: "etc", mode: 0o755, dir: true}
 	b.entries["etc/nsswitch.conf"] = file{path: "etc/nsswitch.conf", mode: 0o644, data: nsswitch}
+	b.entries["etc/wgetrc"] = file{path: "etc/wgetrc", mode: 0o644, data: wgetrc}
 	entries := make([]file, 0, len(b.entries))
 	for _, e := range b.entries {
 		entries = append(entries, e)

@@ -71,6 +71,23 @@ func TestHostToolsLayer(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := ln.Addr().(*net.TCPAddr)
+	// A server that accepts and never answers: wget -T 1 must give up
+	// after one try, as busybox's does.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mute.Close() })
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	muteURL := fmt.Sprintf("http://%s/", mute.Addr())
 	url := fmt.Sprintf("http://127.0.0.1:%d/", addr.Port)
 	for _, tc := range []struct{ cmd, want string }{
 		{"echo hi", "hi"},
@@ -80,12 +97,14 @@ func TestHostToolsLayer(t *testing.T) {
 		{"wget -T 30 -qO- " + url, "pong"},
 		{fmt.Sprintf("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -v -t -w 2 127.0.0.1 %d", addr.Port), "pong"},
 		{"bash -c 'echo $BASH_VERSION'", "5."},
+		{"start=$(date +%s); timeout 15 wget -T 1 -qO- " + muteURL + "; rc=$?; [ $(( $(date +%s) - start )) -le 4 ] && echo quick rc=$rc", "quick rc=4"},
 		{"dig -v 2>&1", "DiG 9."},
 		{"nslookup -version 2>&1", "nslookup 9."},
 		{"socat -V", "socat version"},
 		{"ip -V", "iproute2"},
 		{"ss -V", "iproute2"},
-		{"ls /etc/nsswitch.conf && timeout 1 sleep 0.1 && echo applets", "applets"},
+		{"ls /etc/nsswitch.conf && sleep 0.1 && seq 2 | xargs echo applets", "applets 1 2"},
+		{"env timeout 5 nc -h 2>&1", "OpenBSD netcat"},
 	} {
 		// A mount and PID namespace of its own: the /proc mount goes
 		// with it; the network is the host's (loopback only).
