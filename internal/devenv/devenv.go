@@ -185,8 +185,9 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		_ = os.Remove(l.netproxyStateFile()) // an earlier run's
 	}
 	if env.realNodes {
-		// Pods need initialized nodes (taint removed, routes) to run.
-		steps = append(steps, step{"cluster DNS", startClusterDNS})
+		// Pods need initialized nodes (taint removed, routes) to run;
+		// CoreDNS, the first of them, reads the API by the Service.
+		steps = append(steps, step{"control plane", publishAPIServerEndpoint}, step{"cluster DNS", startClusterDNS})
 	}
 	for _, st := range steps {
 		if err := st.fn(ctx, s, env); err != nil {

@@ -83,7 +83,9 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 	if env.realNodes {
 		// Real kubelets: TLS bootstrap, the Node authorizer, and the VPC
 		// gateway (where they reach it) in the serving certificate.
-		opts.RealNodes, opts.ExtraServingHosts = true, []string{env.realNet.gateway().String()}
+		// Pods reach it by the kubernetes Service's ClusterIP
+		// (publishAPIServerEndpoint), which their clients verify too.
+		opts.RealNodes, opts.ExtraServingHosts = true, []string{env.realNet.gateway().String(), env.kubernetesServiceIP()}
 	}
 	if env.networkProxy {
 		opts.EgressSelections = env.egressSelections()

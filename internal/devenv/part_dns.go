@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -111,7 +110,7 @@ func startClusterDNS(ctx context.Context, s *stack, env *environment) error {
 		return fmt.Errorf("the kube-dns Service's address: %w", err)
 	}
 	ip := addr.String()
-	objs := dnsObjects(ip, env.realNet.gateway().String())
+	objs := dnsObjects(ip)
 	for _, o := range objs {
 		data, err := json.Marshal(o.obj)
 		if err != nil {
@@ -176,7 +175,7 @@ type dnsObject struct {
 
 // dnsObjects are kubeadm's: ServiceAccount, ClusterRole and its binding,
 // the Corefile's ConfigMap, the Deployment and the Service.
-func dnsObjects(ip, apiServerHost string) []dnsObject {
+func dnsObjects(ip string) []dnsObject {
 	opts := metav1.PatchOptions{FieldManager: dnsFieldManager, Force: ptr.To(true)}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: dnsNamespace}
@@ -226,7 +225,7 @@ func dnsObjects(ip, apiServerHost string) []dnsObject {
 			_, err := env.client.CoreV1().ConfigMaps(dnsNamespace).Patch(ctx, dnsName, types.ApplyPatchType, d, opts)
 			return err
 		}},
-		{"Deployment " + dnsName, dnsDeployment(apiServerHost), func(ctx context.Context, env *environment, d []byte) error {
+		{"Deployment " + dnsName, dnsDeployment(), func(ctx context.Context, env *environment, d []byte) error {
 			_, err := env.client.AppsV1().Deployments(dnsNamespace).Patch(ctx, dnsName, types.ApplyPatchType, d, opts)
 			return err
 		}},
@@ -237,12 +236,10 @@ func dnsObjects(ip, apiServerHost string) []dnsObject {
 	}
 }
 
-// dnsDeployment is kubeadm's CoreDNS Deployment, with one addition:
-// the kubernetes Service's endpoint is kube-apiserver's advertised
-// 127.0.0.1, which a pod cannot reach (its loopback is its own), so the
-// in-cluster client is pointed at the gateway, where the nodes' kubelets
-// reach kube-apiserver too (its serving certificate names it).
-func dnsDeployment(apiServerHost string) *appsv1.Deployment {
+// dnsDeployment is kubeadm's CoreDNS Deployment. Its in-cluster client
+// reaches kube-apiserver by the kubernetes Service, whose endpoint `up`
+// puts at the VPC gateway (publishAPIServerEndpoint).
+func dnsDeployment() *appsv1.Deployment {
 	probe := func(path, port string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port), Scheme: corev1.URISchemeHTTP}}}
 	}
@@ -272,8 +269,6 @@ func dnsDeployment(apiServerHost string) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name: dnsName, Image: nodeimages.CoreDNSImage, ImagePullPolicy: corev1.PullIfNotPresent,
 						Args: []string{"-conf", "/etc/coredns/Corefile"},
-						Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: apiServerHost},
-							{Name: "KUBERNETES_SERVICE_PORT", Value: strconv.Itoa(apiServerGatewayPort)}},
 						Resources: corev1.ResourceRequirements{
 							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("170Mi")},
 							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("70Mi")},

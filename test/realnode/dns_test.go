@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/syncbuf"
 	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
@@ -102,6 +102,12 @@ func TestUpClusterDNS(t *testing.T) {
 		}
 	}
 	podIPs := []string{pods[0].Status.PodIP, pods[1].Status.PodIP}
+	// A headless name has records once the EndpointSlice controller has
+	// listed the pods and CoreDNS has seen the slice: NXDOMAIN until then.
+	testenv.Eventually(t, time.Minute, "the headless Service's name to resolve", func() (bool, string) {
+		code, body := dialFrom(t, from, "peers."+ns+".svc.cluster.local")
+		return code == http.StatusOK, body
+	})
 	seen := map[string]bool{}
 	for i := 0; i < 30 && len(seen) < len(podIPs); i++ {
 		got := resolveIn(t, from, "peers."+ns+".svc.cluster.local")
@@ -121,6 +127,41 @@ func TestUpClusterDNS(t *testing.T) {
 	if got := lookupError(t, from, "example.com"); !strings.Contains(got, "server misbehaving") {
 		t.Errorf("a name outside the cluster: %q, want it refused (server misbehaving)", got)
 	}
+
+	inClusterClientWorks(t, client, ns)
+}
+
+// inClusterClientWorks runs what rest.InClusterConfig does in a pod: the
+// kubernetes Service's ClusterIP and port from the environment, TLS
+// verified with the ServiceAccount's CA; the pod's output must be
+// kube-apiserver's version.
+func inClusterClientWorks(t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "in-cluster"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "curl", Image: nodeimages.AgnhostImage,
+			Command: []string{"/bin/sh", "-c", `curl -sS --max-time 20 --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt ` +
+				`-H "Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)" ` +
+				`https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version`}}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	testenv.Eventually(t, 3*time.Minute, "the in-cluster client pod to finish", func() (bool, string) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
+	})
+	logs, err := client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phase != corev1.PodSucceeded || !strings.Contains(string(logs), `"gitVersion": "v1.37`) {
+		t.Errorf("a pod's in-cluster request to kube-apiserver by the kubernetes Service: %s, output %q", phase, logs)
+	}
 }
 
 // runUp starts `portside up` and returns its output once it is ready.
@@ -130,7 +171,7 @@ func runUp(t *testing.T, bin, root string, args ...string) string {
 	up.Dir = root
 	// If the test binary dies (a go test timeout), up stops what it started.
 	up.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	up.Stdout, up.Stderr = out, out
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -158,23 +199,6 @@ func runUp(t *testing.T, bin, root string, args ...string) string {
 	}
 	t.Logf("portside up:\n%s", out.String())
 	return out.String()
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func dnsNamespace(t *testing.T, client kubernetes.Interface) string {
