@@ -223,6 +223,11 @@ func startControllers(ctx context.Context, o *Options, enabled []Controller, pro
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
+			if ctx.Err() != nil {
+				// Asked to stop (SIGTERM, the lease lost) before the
+				// caches synced: a requested stop, not a failure.
+				return nil
+			}
 			return fmt.Errorf("informer cache for %v did not sync", typ)
 		}
 	}
