@@ -69,7 +69,7 @@ browser: ## Install Debian's chromium for the web console's browser tests (skipp
 	@hack/ensure-chromium.sh
 
 .PHONY: node-packages
-node-packages: ## Install Debian's runc, nftables and iptables for real nodes (says what is missing if it cannot; fails under CI=true)
+node-packages: ## Install Debian's runc, nftables and iptables for real nodes and the tools of the agnhost image (busybox-static, netcat-openbsd, curl, dnsutils, socat, ...) (says what is missing if it cannot; fails under CI=true)
 	@hack/ensure-node-packages.sh
 
 .PHONY: test
