@@ -118,7 +118,18 @@ func TestConsole(t *testing.T) {
 
 func waitFor(t *testing.T, ctx context.Context, what, js string, timeout time.Duration) {
 	t.Helper()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(max(time.Until(deadline), time.Millisecond)), chromedp.WithPollingInterval(100*time.Millisecond)))
+		if err == nil {
+			return
+		}
+		// A navigation (the login's redirect, a reload) destroys the
+		// execution context the poll ran in: poll again in the new one.
+		if strings.Contains(err.Error(), "Cannot find context with specified id") && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string]("document.body ? document.body.innerText.slice(0, 4000) : ''"))
 		t.Fatalf("%s: not within %v (%v); page:\n%s", what, timeout, err, text)
 	}
