@@ -22,8 +22,8 @@ import (
 // Ranges is one test VPC's address plan: a /22 of 198.18.0.0/15 (reserved
 // for benchmarking, never routed on the internet) split into the machines'
 // subnet, VIPs and the uplink, and a /20 of 10.208.0.0/12 for pod CIDRs
-// (apart from `portside up`'s 10.244.0.0/16 and 10.96.0.0/16, so tests run
-// beside a real-node `up`).
+// (apart from the ranges `portside up` takes: 10.224.0.0/11 for pods and
+// 10.96.0.0/12 for Services, so tests run beside a real-node `up`).
 type Ranges struct {
 	Block, Subnet, VIPs, Uplink, Pods netip.Prefix
 }
