@@ -29,13 +29,14 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-# -trimpath as in hack/tools/build.sh: with the same flags and the same
-# module versions (hack/check-shared-deps.sh), the first build reuses the
-# packages the tools build compiled.
+# -trimpath and CGO_ENABLED=0 as in hack/tools/build.sh: with the same flags
+# and the same module versions (hack/check-shared-deps.sh), the first build
+# reuses the packages the tools build compiled (portside has no cgo: static
+# costs nothing and runs on any node).
 # The credential plugin is installed on nodes and exec'd per pull: static
 # (no libc, no dynamic loader at each start) and stripped.
 build: ## Build the portside binary and the lean, static portside-credential-provider into _output/bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/portside
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o _output/bin/ ./cmd/portside-credential-provider
 
 .PHONY: image

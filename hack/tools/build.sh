@@ -6,11 +6,11 @@
 #     kubectl, etcd, upstream apiserver-network-proxy's proxy-server and
 #     proxy-agent, and kubelet-credential-harness (the kubelet's credential
 #     provider plugin client at KUBE_VERSION, for tests);
-#   a real node: kubelet, kube-proxy (with the control plane, one go build);
-#     containerd, containerd-shim-runc-v2, ctr, crictl and the CNI plugins in
-#     bin/cni (hack/tools/node, one go build); and, static for images,
-#     agnhost and our own pause (cmd/portside-pause); CoreDNS for the
-#     cluster's DNS (hack/tools/coredns, static, its own go build).
+#   a real node: kubelet, kube-proxy and agnhost (in the control plane's
+#     go build); containerd, containerd-shim-runc-v2, ctr, crictl and the
+#     CNI plugins in bin/cni (hack/tools/node, one go build); our own pause
+#     (cmd/portside-pause); CoreDNS for the cluster's DNS
+#     (hack/tools/coredns, its own go build). All static but etcd.
 # runc and nft are Debian's (hack/ensure-node-packages.sh).
 set -euo pipefail
 
@@ -102,25 +102,27 @@ kube_ldflags="-s -w \
 
 run_step "etcd ${ETCD_VERSION}" "about 1 min cold" \
   bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$tmp/etcd' ."
-# ANP's two commands, kubelet-credential-harness, kubelet and kube-proxy
-# share the module (and most compiled packages) with Kubernetes, so they
-# build in the same go build. ANP's are named after their directories
-# (server, agent); they are renamed below.
-run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, kubelet-credential-harness ${KUBE_VERSION}; proxy-server, proxy-agent (apiserver-network-proxy ${ANP_VERSION})" "11-16 min cold on 2 cores" \
-  bash -c "cd '$here' && go build -trimpath -ldflags '$kube_ldflags' -o '$tmp/' \
+# ANP's two commands, kubelet-credential-harness, kubelet, kube-proxy and
+# agnhost share the module (and most compiled packages) with Kubernetes, so
+# they build in one go build. All static (CGO_ENABLED=0), as upstream builds
+# every one of them but kubelet: agnhost must be (it runs in images without
+# a libc), and cgo changes every package above net, so one cgo binary would
+# compile about 1,300 packages twice (about 3 CPU-minutes cold). kubelet's
+# only cgo packages are net and os/user; it uses Go's own resolver and user
+# lookup instead, which is all a node here needs. agnhost's Makefile stamps
+# main.Version (no other of these mains has one, so -X leaves them be).
+# ANP's are named after their directories (server, agent); renamed below.
+run_step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, kubelet-credential-harness ${KUBE_VERSION}; agnhost ${AGNHOST_VERSION}; proxy-server, proxy-agent (apiserver-network-proxy ${ANP_VERSION}) (static)" "10-14 min cold on 2 cores" \
+  bash -c "cd '$here' && CGO_ENABLED=0 go build -trimpath -ldflags '$kube_ldflags -X main.Version=${AGNHOST_VERSION}' -o '$tmp/' \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/test/images/agnhost \
     sigs.k8s.io/apiserver-network-proxy/cmd/server sigs.k8s.io/apiserver-network-proxy/cmd/agent \
     ./kubelet-credential-harness"
 mv "$tmp/server" "$tmp/proxy-server"
 mv "$tmp/agent" "$tmp/proxy-agent"
 
-# Static binaries (CGO_ENABLED=0) for images and nodes: they run in
-# containers without a libc, or must not depend on the host's. cgo changes
-# every package above net, so these cannot share the go build above.
-# agnhost's Makefile stamps main.Version.
-run_step "agnhost ${AGNHOST_VERSION} (static)" "about 2-3 min cold" \
-  bash -c "cd '$here' && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w -X main.Version=${AGNHOST_VERSION}' -o '$tmp/agnhost' k8s.io/kubernetes/test/images/agnhost"
+# Static binaries for nodes, in their own modules (other versions of shared
+# dependencies).
 # containerd's storage drivers btrfs, devmapper and zfs need cgo or tools a
 # node here never has; overlayfs and native remain.
 ctrd_ldflags="-s -w \
@@ -162,7 +164,8 @@ for b in proxy-server proxy-agent; do
 done
 v=$("$tmp/coredns" -version); v=${v%%$'\n'*} # its first line
 [ "$v" = "CoreDNS-${COREDNS_VERSION#v}" ] || { echo "tools: coredns -version says '$v', want CoreDNS-${COREDNS_VERSION#v}" >&2; exit 1; }
-for f in agnhost pause coredns containerd containerd-shim-runc-v2 ctr crictl "${cni_plugins[@]/#/cni/}"; do
+for f in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy proxy-server proxy-agent \
+  agnhost pause coredns containerd containerd-shim-runc-v2 ctr crictl "${cni_plugins[@]/#/cni/}"; do
   go version -m "$tmp/$f" | grep -q 'CGO_ENABLED=0' || { echo "tools: $f is not static (CGO_ENABLED=0)" >&2; exit 1; }
 done
 # One rename per file: processes running the old binaries keep them.
