@@ -31,7 +31,8 @@ cd "$mod"
 got=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 [ "$got" = "$KUBE_VERSION" ] || {
   echo "e2e-tools: test/upstreame2e/tools/go.mod has k8s.io/kubernetes $got, versions.env KUBE_VERSION=$KUBE_VERSION; update the go.mod (copy hack/tools/go.mod, then go list -mod=mod -deps -test k8s.io/kubernetes/test/e2e github.com/onsi/ginkgo/v2/ginkgo)" >&2; exit 1; }
-kube_dir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+# Downloaded first: on a fresh machine `go list -m` would give no directory.
+kube_dir=$(go mod download -json k8s.io/kubernetes | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 want_ginkgo=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2; exit}' "$kube_dir/go.mod")
 got_ginkgo=$(go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 [ "$got_ginkgo" = "$want_ginkgo" ] || {

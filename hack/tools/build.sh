@@ -53,15 +53,20 @@ require "$here/node/go.mod" sigs.k8s.io/cri-tools "$CRI_TOOLS_VERSION" CRI_TOOLS
 require "$here/coredns/go.mod" github.com/coredns/coredns "$COREDNS_VERSION" COREDNS_VERSION
 
 export GOWORK=off GOFLAGS=-mod=readonly
+# A module's directory, downloaded first: on a fresh machine the module
+# cache is empty and `go list -m` would give no directory.
+mod_dir() { # module dir, module path
+  (cd "$1" && go mod download -json "$2") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
 # The image tags are upstream's, read from the sources at the pins: a
 # version bump that moves them fails here, not in a pod that cannot pull.
-kube_dir=$(cd "$here" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+kube_dir=$(mod_dir "$here" k8s.io/kubernetes)
 got=$(tr -d '[:space:]' <"$kube_dir/test/images/agnhost/VERSION")
 [ "$got" = "$AGNHOST_VERSION" ] || {
   echo "tools: k8s.io/kubernetes ${KUBE_VERSION} builds agnhost $got, versions.env says AGNHOST_VERSION=${AGNHOST_VERSION}; update versions.env" >&2; exit 1; }
 grep -q "CoreDNSVersion = \"${COREDNS_VERSION}\"" "$kube_dir/cmd/kubeadm/app/constants/constants.go" || {
   echo "tools: kubeadm ${KUBE_VERSION} deploys another CoreDNS than COREDNS_VERSION=${COREDNS_VERSION} (see CoreDNSVersion in $kube_dir/cmd/kubeadm/app/constants/constants.go); update versions.env and hack/tools/coredns/go.mod" >&2; exit 1; }
-ctrd_dir=$(cd "$here/node" && go list -m -f '{{.Dir}}' github.com/containerd/containerd/v2)
+ctrd_dir=$(mod_dir "$here/node" github.com/containerd/containerd/v2)
 grep -q "DefaultSandboxImage = \"registry.k8s.io/pause:${PAUSE_VERSION}\"" "$ctrd_dir/internal/cri/config/config.go" || {
   echo "tools: containerd ${CONTAINERD_VERSION}'s default sandbox image is not registry.k8s.io/pause:${PAUSE_VERSION} (PAUSE_VERSION in versions.env); see DefaultSandboxImage in $ctrd_dir/internal/cri/config/config.go" >&2; exit 1; }
 
