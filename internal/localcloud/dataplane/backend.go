@@ -133,11 +133,13 @@ func healthCheckKey(cfg Config) checkSpec {
 		return checkSpec{kind: "http", port: hc.Port, path: hc.Path}
 	}
 	for _, l := range cfg.Listeners {
-		if l.Protocol == api.ProtocolTCP {
+		if l.Protocol == api.ProtocolTCP && l.BackendPort != 0 {
 			return checkSpec{kind: "tcp", port: l.BackendPort}
 		}
 	}
-	return checkSpec{kind: "none"} // UDP only, no HTTP check: nothing to probe
+	// UDP only or routed (no backend port), without an HTTP check:
+	// nothing to probe.
+	return checkSpec{kind: "none"}
 }
 
 // runHealthChecks probes be until it is removed; Fall failures in a row

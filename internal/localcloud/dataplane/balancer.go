@@ -32,6 +32,13 @@ type balancer struct {
 	affinity atomic.Bool
 	closed   bool
 
+	// isRouted: the VPC router forwards the VIPs to the backends instead
+	// of the listeners above (routed.go); routes is what it was told,
+	// routeErr its last failure.
+	isRouted bool
+	routes   map[netip.Addr]RoutedVIP
+	routeErr error
+
 	// conns and flows count this load balancer's TCP connections and UDP
 	// flows; globalConns and globalFlows are the Plane's.
 	conns, flows             limiter
@@ -50,7 +57,7 @@ type proxyListener interface {
 
 func newBalancer(ctx context.Context, name string, opts Options, globalConns, globalFlows *limiter) *balancer {
 	b := &balancer{name: name, opts: opts, ctx: ctx, listeners: map[string]proxyListener{},
-		backends: map[string]*backend{}, draining: map[*backend]*backend{},
+		backends: map[string]*backend{}, draining: map[*backend]*backend{}, routes: map[netip.Addr]RoutedVIP{},
 		globalConns: globalConns, globalFlows: globalFlows}
 	b.conns.max, b.flows.max = int64(opts.MaxConnsPerLoadBalancer), int64(opts.MaxUDPFlowsPerLoadBalancer)
 	b.ready.Store(&[]*backend{})
@@ -62,6 +69,7 @@ func (b *balancer) apply(cfg Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cfg = cfg
+	b.isRouted = routed(cfg.Listeners)
 	ranges := append([]netip.Prefix(nil), cfg.SourceRanges...)
 	b.ranges.Store(&ranges)
 	b.affinity.Store(cfg.ClientIPAffinity)
@@ -98,10 +106,20 @@ func (b *balancer) apply(cfg Config) error {
 	}
 	b.refreshReady()
 
-	// Listeners: one per VIP × listener port.
+	// Listeners: one per VIP × listener port; none when routed (the router
+	// forwards the VIPs, and the router's own stack must refuse what it
+	// does not forward).
 	var bindErrs []error
+	if b.isRouted || len(b.routes) > 0 {
+		if err := b.programRoutes(); err != nil {
+			bindErrs = append(bindErrs, err)
+		}
+	}
 	wantL := map[string]bool{}
 	for _, vip := range cfg.VIPs {
+		if b.isRouted {
+			break
+		}
 		for _, l := range cfg.Listeners {
 			key := listenerKey(l.Protocol, vip, l.Port)
 			wantL[key] = true
@@ -144,6 +162,11 @@ func (b *balancer) refreshReady() {
 	}
 	sortBackends(ready)
 	b.ready.Store(&ready)
+	if b.isRouted {
+		if err := b.programRoutes(); err != nil {
+			b.logger().Error(err, "Programming the routed VIPs failed")
+		}
+	}
 }
 
 // allowed reports whether a client address passes the source ranges.
@@ -205,6 +228,11 @@ func (b *balancer) close() {
 	}
 	empty := []*backend{}
 	b.ready.Store(&empty)
+	if len(b.routes) > 0 {
+		if err := b.programRoutes(); err != nil { // closed: deletes them all
+			b.logger().Error(err, "Removing the routed VIPs failed")
+		}
+	}
 }
 
 func (b *balancer) logger() klog.Logger { return klog.FromContext(b.ctx) }

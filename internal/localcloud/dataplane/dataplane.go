@@ -1,7 +1,9 @@
 // Package dataplane is the local cloud's L4 load-balancer data plane: each
 // load balancer listens on its VIPs (loopback addresses) and forwards TCP
 // and UDP to healthy backends, enforcing source ranges, health-checking the
-// backends and draining the connections of removed ones.
+// backends and draining the connections of removed ones. A load balancer
+// without backend ports is routed instead (routed.go): the VPC router
+// forwards its VIPs to the healthy backends.
 package dataplane
 
 import (
@@ -51,6 +53,9 @@ type Options struct {
 	// router namespace, where pods and the host both reach them.
 	Listen       func(network, addr string) (net.Listener, error)
 	ListenPacket func(network, addr string) (net.PacketConn, error)
+	// Router, when set, serves load balancers without backend ports by
+	// routing their VIPs to the backends (routed.go).
+	Router VIPRouter
 
 	// poweredOff is the Plane's set of stopped instances' addresses.
 	poweredOff *addrSet
@@ -194,6 +199,13 @@ func (b *balancer) health() api.LoadBalancerHealth {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := api.LoadBalancerHealth{Name: b.name, Serving: len(b.listeners) > 0}
+	if b.isRouted {
+		h.Listeners = b.routedStatus()
+		h.Serving = len(h.Listeners) > 0
+		for _, l := range h.Listeners {
+			h.Serving = h.Serving && l.Serving
+		}
+	}
 	for _, pl := range b.listeners {
 		ls := pl.status()
 		h.Serving = h.Serving && ls.Serving

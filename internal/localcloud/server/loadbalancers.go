@@ -47,8 +47,11 @@ func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
 		if l.Port < 1 || l.Port > 65535 {
 			return invalid("listeners[%d].port %d is out of range 1-65535", i, l.Port)
 		}
-		if l.BackendPort < 1 || l.BackendPort > 65535 {
-			return invalid("listeners[%d].backendPort %d is out of range 1-65535", i, l.BackendPort)
+		if l.BackendPort == 0 && s.opts.DataPlane.Router == nil {
+			return invalid("listeners[%d].backendPort 0: a load balancer without backend ports routes its VIPs to the backends, which only a cloud with real machines can (--machines=real); give every listener a backendPort (the Service's NodePort)", i)
+		}
+		if l.BackendPort < 0 || l.BackendPort > 65535 {
+			return invalid("listeners[%d].backendPort %d is out of range 1-65535 (0: routed to the backends, with real machines)", i, l.BackendPort)
 		}
 		key := fmt.Sprintf("%s/%d", l.Protocol, l.Port)
 		if seen[key] {

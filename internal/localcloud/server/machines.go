@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/portside-io/portside/internal/localcloud/dataplane"
 	"github.com/portside-io/portside/internal/localcloud/hypervisor"
 	"github.com/portside-io/portside/internal/localcloud/store"
+	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -195,3 +197,17 @@ func (s *Server) closeMachines() {
 		s.hv = nil
 	}
 }
+
+// vipRouter serves the data plane's routed load balancers with the VPC
+// router (dataplane.VIPRouter on vpc.Network).
+type vipRouter struct{ nw *vpc.Network }
+
+func (v vipRouter) SetRoutedVIP(r dataplane.RoutedVIP) error {
+	out := vpc.RoutedVIP{VIP: r.VIP, Sources: r.Sources, Via: r.Via}
+	for _, p := range r.Ports {
+		out.Ports = append(out.Ports, vpc.VIPPort{Protocol: p.Protocol, Port: p.Port})
+	}
+	return v.nw.SetRoutedVIP(out)
+}
+
+func (v vipRouter) DeleteRoutedVIP(vip netip.Addr) error { return v.nw.DeleteRoutedVIP(vip) }

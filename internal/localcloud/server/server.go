@@ -145,6 +145,7 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 		opts.DataPlane.ListenPacket = func(network, addr string) (net.PacketConn, error) {
 			return vpc.ListenPacketIn(router, network, addr)
 		}
+		opts.DataPlane.Router = vipRouter{hv.Network()}
 	}
 	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
 		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx), hv: hv}

@@ -59,6 +59,8 @@ type Network struct {
 	gw     netip.Addr
 	router netip.Addr // the router's uplink address: the host's next hop
 	host   netip.Addr // the host's uplink address
+	// vipRules are the routed VIPs' rules in the router (vips.go).
+	vipRules map[netip.Addr][][]string
 }
 
 // Up makes the VPC. What an earlier run left (after a kill -9) is removed
@@ -165,6 +167,9 @@ func (nw *Network) build() error {
 		if err := ip("-n", n.router, "route", "add", "local", l.Prefix.String(), "dev", "lo"); err != nil {
 			return err
 		}
+	}
+	if err := nw.routeVIPsSetup(); err != nil {
+		return err
 	}
 	for _, r := range append([]Range{cfg.Subnet}, cfg.Routed...) {
 		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric, "proto", RouteProto); err != nil {

@@ -57,19 +57,12 @@ func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.Load
 		RequestedIP:      spec.RequestedIP,
 		ClientIPAffinity: spec.ClientIPAffinity,
 	}
-	for _, port := range spec.Ports {
-		req.Listeners = append(req.Listeners, api.Listener{Name: port.Name, Protocol: string(port.Protocol), Port: int(port.Port), BackendPort: int(port.NodePort)})
-	}
+	req.Listeners, req.HealthCheck = listenersAndCheck(spec)
 	for _, r := range spec.SourceRanges {
 		req.SourceRanges = append(req.SourceRanges, r.String())
 	}
 	for _, f := range spec.IPFamilies {
 		req.IPFamilies = append(req.IPFamilies, string(f))
-	}
-	if spec.HealthCheck != nil {
-		req.HealthCheck = &api.HealthCheck{Type: api.HealthCheckHTTP, Path: spec.HealthCheck.Path, Port: int(spec.HealthCheck.NodePort)}
-	} else {
-		req.HealthCheck = &api.HealthCheck{Type: api.HealthCheckTCP}
 	}
 	lb, err := p.c.PutLoadBalancer(ctx, spec.Name, req)
 	if err != nil {
@@ -79,6 +72,33 @@ func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.Load
 		return nil, fmt.Errorf("load balancer %s is %s: %s", spec.Name, lb.State, lb.Message)
 	}
 	return status(lb), nil
+}
+
+// KubeProxyHealthzPort is kube-proxy's health server (--healthz-bind-address
+// default): 200 while its rules are in sync and the node is not going.
+const KubeProxyHealthzPort = 10256
+
+// listenersAndCheck maps the Service's ports to listeners (the NodePort as
+// backend port) and picks the health check: ETP=Local's healthCheckNodePort
+// (only nodes with endpoints answer 200); else a TCP connect to the
+// NodePorts; for a Service without NodePorts (allocateLoadBalancerNodePorts
+// false: the cloud routes the VIP to the nodes, kube-proxy serves it)
+// kube-proxy's own health, as clouds check nodes for ETP=Cluster.
+func listenersAndCheck(spec *cloud.LoadBalancerSpec) ([]api.Listener, *api.HealthCheck) {
+	var ls []api.Listener
+	noNodePort := false
+	for _, port := range spec.Ports {
+		ls = append(ls, api.Listener{Name: port.Name, Protocol: string(port.Protocol), Port: int(port.Port), BackendPort: int(port.NodePort)})
+		noNodePort = noNodePort || port.NodePort == 0
+	}
+	switch {
+	case spec.HealthCheck != nil:
+		return ls, &api.HealthCheck{Type: api.HealthCheckHTTP, Path: spec.HealthCheck.Path, Port: int(spec.HealthCheck.NodePort)}
+	case noNodePort:
+		return ls, &api.HealthCheck{Type: api.HealthCheckHTTP, Path: "/healthz", Port: KubeProxyHealthzPort}
+	default:
+		return ls, &api.HealthCheck{Type: api.HealthCheckTCP}
+	}
 }
 
 func lbTags(spec *cloud.LoadBalancerSpec) map[string]string {
