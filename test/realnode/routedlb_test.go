@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -104,7 +106,7 @@ func TestUpRoutedLoadBalancer(t *testing.T) {
 	url := "http://" + net.JoinHostPort(vip, "80") + "/hostname"
 	seen := map[string]bool{}
 	testenv.Eventually(t, 2*time.Minute, "both pods to answer through the routed VIP "+vip, func() (bool, string) {
-		name, err := tryGet(url)
+		name, err := getFresh(url)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -178,6 +180,19 @@ func TestUpRoutedLoadBalancer(t *testing.T) {
 		_, err = tryGet(url)
 		return err == nil && len(lb.VIPs) == 1 && lb.VIPs[0] == vip, fmt.Sprintf("VIPs %v (want [%s]), get: %v", lb.VIPs, vip, err)
 	})
+}
+
+// getFresh GETs url on a new connection: each one is a new flow, hashed
+// to a node and balanced to a pod anew.
+func getFresh(url string) (string, error) {
+	cl := http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b)), err
 }
 
 func healthyBackends(h *api.LoadBalancerHealth) int {
