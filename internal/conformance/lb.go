@@ -35,6 +35,14 @@ func LoadBalancerTests() []Test {
 		{Name: "load-balancers/class-ignored", Needs: []Capability{LoadBalancers}, Timeout: 2 * time.Minute, Run: testLBClassIgnored},
 		{Name: "load-balancers/deletion", Needs: []Capability{LoadBalancers}, Timeout: 6 * time.Minute, Run: testLBDeletion},
 		{Name: "load-balancers/ip-mode", Needs: []Capability{LoadBalancers, LBIPMode}, Timeout: 4 * time.Minute, Run: testLBIPMode},
+		// Upstream's LoadBalancer e2e scenarios (lb_upstream.go).
+		{Name: "load-balancers/type-changes-tcp", Needs: []Capability{LoadBalancers}, Timeout: 10 * time.Minute, Run: testLBTypeChanges(corev1.ProtocolTCP)},
+		{Name: "load-balancers/type-changes-udp", Needs: []Capability{LoadBalancers, LBUDP}, Timeout: 10 * time.Minute, Run: testLBTypeChanges(corev1.ProtocolUDP)},
+		{Name: "load-balancers/session-affinity", Needs: []Capability{LoadBalancers, LBReachable}, Timeout: 8 * time.Minute, Run: testLBSessionAffinity},
+		{Name: "load-balancers/udp-pod-cycles", Needs: []Capability{LoadBalancers, LBUDP, LBReachable}, Timeout: 8 * time.Minute, Run: testLBUDPPodCycles},
+		{Name: "load-balancers/rolling-update", Needs: []Capability{LoadBalancers, LBReachable}, Timeout: 10 * time.Minute, Run: testLBRollingUpdate},
+		{Name: "load-balancers/etp-local-endpoints", Needs: []Capability{LoadBalancers, LBHealthChecks}, Timeout: 10 * time.Minute, Run: testLBETPLocalEndpoints},
+		{Name: "load-balancers/same-port-protocols", Needs: []Capability{LoadBalancers, LBMixedProtocols}, Timeout: 8 * time.Minute, Run: testLBSamePortProtocols},
 	}
 }
 
