@@ -38,6 +38,9 @@ type balancer struct {
 	isRouted bool
 	routes   map[netip.Addr]RoutedVIP
 	routeErr error
+	// refusing: proxied, but no backend is ready, so its listeners are
+	// closed (syncListeners).
+	refusing bool
 
 	// conns and flows count this load balancer's TCP connections and UDP
 	// flows; globalConns and globalFlows are the Plane's.
@@ -106,21 +109,34 @@ func (b *balancer) apply(cfg Config) error {
 	}
 	b.refreshReady()
 
-	// Listeners: one per VIP × listener port; none when routed (the router
-	// forwards the VIPs, and the router's own stack must refuse what it
-	// does not forward).
-	var bindErrs []error
+	var errs []error
 	if b.isRouted || len(b.routes) > 0 {
 		if err := b.programRoutes(); err != nil {
-			bindErrs = append(bindErrs, err)
+			errs = append(errs, err)
 		}
 	}
+	if err := b.syncListeners(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// syncListeners opens and closes the proxy listeners (b.mu held): one per
+// VIP × listener port; none when routed (the router forwards the VIPs, and
+// its own stack must refuse what it does not forward); and none while no
+// backend is ready, so that a client is refused (TCP reset on its SYN,
+// ICMP port unreachable for UDP) as with nothing listening, instead of
+// being accepted and dropped. Open connections are not touched: they go
+// on, or drain, with their backends.
+func (b *balancer) syncListeners() error {
+	open := !b.isRouted && !b.closed && len(*b.ready.Load()) > 0
+	var bindErrs []error
 	wantL := map[string]bool{}
-	for _, vip := range cfg.VIPs {
-		if b.isRouted {
+	for _, vip := range b.cfg.VIPs {
+		if !open {
 			break
 		}
-		for _, l := range cfg.Listeners {
+		for _, l := range b.cfg.Listeners {
 			key := listenerKey(l.Protocol, vip, l.Port)
 			wantL[key] = true
 			if pl, ok := b.listeners[key]; ok {
@@ -141,6 +157,7 @@ func (b *balancer) apply(cfg Config) error {
 			delete(b.listeners, key)
 		}
 	}
+	b.refusing = !open && !b.isRouted && !b.closed
 	return errors.Join(bindErrs...)
 }
 
@@ -166,6 +183,10 @@ func (b *balancer) refreshReady() {
 		if err := b.programRoutes(); err != nil {
 			b.logger().Error(err, "Programming the routed VIPs failed")
 		}
+		return
+	}
+	if err := b.syncListeners(); err != nil {
+		b.logger().Error(err, "Opening listeners failed")
 	}
 }
 

@@ -206,6 +206,14 @@ func (b *balancer) health() api.LoadBalancerHealth {
 			h.Serving = h.Serving && l.Serving
 		}
 	}
+	if b.refusing {
+		for _, vip := range b.cfg.VIPs {
+			for _, l := range b.cfg.Listeners {
+				h.Listeners = append(h.Listeners, api.ListenerHealth{Protocol: l.Protocol,
+					Address: netip.AddrPortFrom(vip, uint16(l.Port)).String(), LastError: "no healthy backend: connections are refused"})
+			}
+		}
+	}
 	for _, pl := range b.listeners {
 		ls := pl.status()
 		h.Serving = h.Serving && ls.Serving
