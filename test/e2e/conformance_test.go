@@ -56,7 +56,11 @@ func TestConformance(t *testing.T) {
 			notRun: []string{"volumes/pv-labels"},
 			wantFailed: []string{"nodes/provided-node-ip", "nodes/lifecycle", "routes/pod-cidrs",
 				"load-balancers/ingress-and-traffic", "load-balancers/udp", "load-balancers/mixed-protocols",
-				"load-balancers/source-ranges", "load-balancers/etp-local", "load-balancers/node-changes"}},
+				"load-balancers/source-ranges", "load-balancers/etp-local", "load-balancers/node-changes",
+				// Upstream's scenarios: every one sends traffic or reads backends' health.
+				"load-balancers/type-changes-tcp", "load-balancers/type-changes-udp", "load-balancers/session-affinity",
+				"load-balancers/udp-pod-cycles", "load-balancers/rolling-update", "load-balancers/etp-local-endpoints",
+				"load-balancers/same-port-protocols"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "up")
