@@ -1,8 +1,9 @@
 // Package nodeimages builds the images a real node's pods need from the
 // static binaries `make tools` builds (no public registry is reachable, and
 // `portside up` must not need one): the sandbox image containerd runs for
-// every pod, from our own pause program, agnhost, and CoreDNS for the
-// cluster's DNS, under their upstream names. Push puts them in the local cloud's registry at the repository a
+// every pod, from our own pause program, agnhost, CoreDNS for the
+// cluster's DNS, and the busybox and glibc-dns-testing images of the e2e
+// specs (the tools layer agnhost has), under their upstream names. Push puts them in the local cloud's registry at the repository a
 // containerd mirror of registry.k8s.io asks for, so upstream manifests work
 // unchanged; WriteOCILayout and WriteArchive are for `ctr images import`.
 package nodeimages
@@ -10,6 +11,7 @@ package nodeimages
 import (
 	"archive/tar"
 	"bytes"
+	_ "embed"
 	"fmt"
 	"io"
 	"os"
@@ -41,7 +43,27 @@ const (
 	// CoreDNSImage is the name kubeadm v1.37 deploys CoreDNS under, at
 	// COREDNS_VERSION.
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.14.6"
+	// BusyBoxImage and GlibcDNSTestingImage are test/utils/image's BusyBox
+	// and GlibcDnsTesting of k8s.io/kubernetes v1.37.2 (its manifest.go):
+	// sig-network specs run shell loops in them (init containers,
+	// clients; the DNS probes of every DNS spec, glibc's resolver beside
+	// agnhost's).
+	BusyBoxImage         = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	GlibcDNSTestingImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
 )
+
+// porterCert and porterKey are agnhost's test/images/agnhost/porter
+// localhost.crt and localhost.key of k8s.io/kubernetes v1.37.2 (a
+// self-signed certificate for 127.0.0.1 and ::1, published with the
+// source): upstream's Dockerfile ADDs them at /, and `agnhost porter`
+// serves its TLS ports with them (without them the Proxy spec's https
+// service and pod proxies got 503).
+//
+//go:embed porter/localhost.crt
+var porterCert string
+
+//go:embed porter/localhost.key
+var porterKey string
 
 // capNetBindService is a security.capability extended attribute (struct
 // vfs_cap_data, revision 2, little endian) of cap_net_bind_service=+ep:
@@ -80,13 +102,19 @@ type file struct {
 
 // spec says how one image is made from one binary of the tools directory.
 type spec struct {
-	name   string
-	binary string // in the tools bin directory
-	path   string // of the binary in the image
+	name string
+	// binary is in the tools bin directory, at path in the image; ""
+	// for an image of the tools layer and files alone (its architecture
+	// the tools layer's, toolsArchBinary's).
+	binary string
+	path   string
 	// binCaps is the binary's security.capability attribute ("" none).
 	binCaps string
-	files   []file
-	config  v1.Config
+	// extras are more binaries of the tools bin directory: path in the
+	// image → binary.
+	extras map[string]string
+	files  []file
+	config v1.Config
 	// tools: a layer under the binary's with the shell and tools
 	// upstream's image has from its base (tools.go).
 	tools bool
@@ -117,7 +145,13 @@ func specs() []spec {
 				{path: "etc/passwd", mode: 0o644, data: "root:x:0:0:root:/root:/sbin/nologin\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/sbin/nologin\n"},
 				{path: "tmp", mode: 0o1777, dir: true},
 				{path: "uploads", mode: 0o755, dir: true},
+				{path: "localhost.crt", mode: 0o644, data: porterCert},
+				{path: "localhost.key", mode: 0o644, data: porterKey},
 			},
+			// The Dockerfile's /coredns (v1.6.2 there): the DNS specs
+			// run it in agnhost pods as a test name server (`/coredns
+			// -conf /etc/coredns/Corefile`); ours is the cluster's.
+			extras: map[string]string{"/coredns": tools.CoreDNS},
 			config: v1.Config{
 				Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/",
 				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -144,8 +178,45 @@ func specs() []spec {
 				ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}},
 			},
 		},
+		{
+			// test/images/busybox: upstream's busybox image unchanged
+			// (CMD sh). Here the tools layer agnhost has (busybox's
+			// applets, dash as sh, ...): the specs run `sh -c` loops of
+			// sleep, echo and nc.
+			name: BusyBoxImage, tools: true, files: baseFiles(),
+			config: v1.Config{Cmd: []string{"sh"}, WorkingDir: "/", Env: []string{debianPath}},
+		},
+		{
+			// test/images/glibc-dns-testing: debian:bookworm-slim with
+			// dnsutils (dig) and a coredns; the DNS specs run their
+			// probe loop (dig, getent, test, seq, sleep) in it with
+			// glibc's resolver. The tools layer is Debian's glibc
+			// programs, dig and getent among them.
+			name: GlibcDNSTestingImage, tools: true, files: baseFiles(),
+			extras: map[string]string{"/coredns": tools.CoreDNS},
+			config: v1.Config{Cmd: []string{"bash"}, WorkingDir: "/", Env: []string{debianPath}},
+		},
 	}
 }
+
+// debianPath is the PATH of Debian's and busybox's images.
+const debianPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// baseFiles are what a base image gives that a pod can notice: root's
+// user and group and a /tmp.
+func baseFiles() []file {
+	return []file{
+		{path: "etc", mode: 0o755, dir: true},
+		{path: "etc/group", mode: 0o644, data: "root:x:0:\nnogroup:x:65534:\n"},
+		{path: "etc/passwd", mode: 0o644, data: "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+		{path: "tmp", mode: 0o1777, dir: true},
+	}
+}
+
+// toolsArchBinary gives an image without a binary of its own its
+// architecture: the tools layer is copied from the host agnhost was
+// built for.
+const toolsArchBinary = tools.Agnhost
 
 // Build makes every image from the binaries in binDir (tools.BinDir()).
 // A binary that is missing or would not run in an image without a libc is
@@ -154,23 +225,42 @@ func Build(binDir string) ([]Image, error) { return buildAll(binDir, hostToolsLa
 
 func buildAll(binDir string, toolsLayer toolsLayerFunc) ([]Image, error) {
 	var out []Image
+	// One tools layer per architecture, shared by the images that have
+	// it: built once, and one blob in the registry and on the nodes.
+	toolsLayers := map[string][]mutate.Addendum{}
 	for _, s := range specs() {
-		bin := filepath.Join(binDir, s.binary)
-		data, err := os.ReadFile(bin)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w: run `make tools` to build %s", s.name, err, s.binary)
+		binary := s.binary
+		if binary == "" {
+			binary = toolsArchBinary
 		}
-		arch, err := staticELFArch(data)
+		data, arch, err := readStatic(binDir, binary)
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %s: %w", s.name, bin, err)
+			return nil, fmt.Errorf("image %s: %w", s.name, err)
+		}
+		if s.binary == "" {
+			data = nil
+		}
+		extras := map[string][]byte{}
+		for p, b := range s.extras {
+			d, a, err := readStatic(binDir, b)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", s.name, err)
+			}
+			if a != arch {
+				return nil, fmt.Errorf("image %s: %s is %s, the image %s", s.name, b, a, arch)
+			}
+			extras[p] = d
 		}
 		var base []mutate.Addendum
 		if s.tools {
-			if base, err = toolsAddendum(toolsLayer, arch); err != nil {
-				return nil, fmt.Errorf("image %s: %w", s.name, err)
+			if base = toolsLayers[arch]; base == nil {
+				if base, err = toolsAddendum(toolsLayer, arch); err != nil {
+					return nil, fmt.Errorf("image %s: %w", s.name, err)
+				}
+				toolsLayers[arch] = base
 			}
 		}
-		img, err := build(s, data, arch, base...)
+		img, err := build(s, data, extras, arch, base...)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.name, err)
 		}
@@ -179,10 +269,25 @@ func buildAll(binDir string, toolsLayer toolsLayerFunc) ([]Image, error) {
 	return out, nil
 }
 
+// readStatic reads a binary of binDir that an image without a libc can
+// run, and its architecture.
+func readStatic(binDir, binary string) ([]byte, string, error) {
+	bin := filepath.Join(binDir, binary)
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: run `make tools` to build %s", err, binary)
+	}
+	arch, err := staticELFArch(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", bin, err)
+	}
+	return data, arch, nil
+}
+
 // build packages one binary as s says: one OCI layer over base's, OCI
 // media types.
-func build(s spec, bin []byte, arch string, base ...mutate.Addendum) (v1.Image, error) {
-	layerBytes, err := layerTar(s, bin)
+func build(s spec, bin []byte, extras map[string][]byte, arch string, base ...mutate.Addendum) (v1.Image, error) {
+	layerBytes, err := layerTar(s, bin, extras)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +300,7 @@ func build(s spec, bin []byte, arch string, base ...mutate.Addendum) (v1.Image, 
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err = mutate.Append(img, append(base, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "portside internal/nodeimages: " + s.path},
+		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "portside internal/nodeimages: " + createdBy(s)},
 	})...)
 	if err != nil {
 		return nil, err
@@ -211,10 +316,25 @@ func build(s spec, bin []byte, arch string, base ...mutate.Addendum) (v1.Image, 
 	return mutate.ConfigFile(img, cf)
 }
 
-// layerTar is the binary at s.path plus s.files: sorted, fixed times,
-// owned by root.
-func layerTar(s spec, bin []byte) ([]byte, error) {
-	entries := append([]file{{path: s.path[1:], mode: 0o755, data: string(bin), caps: s.binCaps}}, s.files...)
+// createdBy names what the image's own layer holds.
+func createdBy(s spec) string {
+	if s.path != "" {
+		return s.path
+	}
+	return "files of " + s.name
+}
+
+// layerTar is the binary at s.path (if any), the extras at theirs, plus
+// s.files: sorted, fixed times, owned by root.
+func layerTar(s spec, bin []byte, extras map[string][]byte) ([]byte, error) {
+	var entries []file
+	if s.path != "" {
+		entries = append(entries, file{path: s.path[1:], mode: 0o755, data: string(bin), caps: s.binCaps})
+	}
+	for p, d := range extras {
+		entries = append(entries, file{path: p[1:], mode: 0o755, data: string(d)})
+	}
+	entries = append(entries, s.files...)
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
 	return tarFiles(entries)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/buildinfo"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func TestPushServedPullByDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRepos := map[string]string{PauseImage: "pause", AgnhostImage: "e2e-test-images/agnhost", CoreDNSImage: "coredns/coredns"}
+	wantRepos := map[string]string{PauseImage: "pause", AgnhostImage: "e2e-test-images/agnhost", CoreDNSImage: "coredns/coredns",
+		BusyBoxImage: "e2e-test-images/busybox", GlibcDNSTestingImage: "e2e-test-images/glibc-dns-testing"}
 	pull, err := cloud.Client.Credential(ctx, api.CredentialRequest{Image: cloud.RegistryHost + "/pause"})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +88,7 @@ func TestPushServedPullByDigest(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantCf, _ := images[i].Image.ConfigFile()
-			if cf.Config.Entrypoint[0] != wantCf.Config.Entrypoint[0] || cf.Architecture != wantCf.Architecture {
+			if !reflect.DeepEqual(cf.Config.Entrypoint, wantCf.Config.Entrypoint) || !reflect.DeepEqual(cf.Config.Cmd, wantCf.Config.Cmd) || cf.Architecture != wantCf.Architecture {
 				t.Errorf("pull %s: config %+v", ref, cf.Config)
 			}
 		}

@@ -66,6 +66,9 @@ var agnhostTools = []hostTool{
 	{pkg: "util-linux", path: "/usr/bin/unshare"},
 	{pkg: "util-linux", path: "/usr/bin/nsenter"},
 	{pkg: "util-linux", path: "/usr/bin/setpriv"},
+	// The DNS specs' /etc/hosts probes (`getent hosts <name>`); musl's
+	// in upstream's Alpine, glibc's here.
+	{pkg: "libc-bin", path: "/usr/bin/getent"},
 }
 
 // nsswitch makes glibc's programs read /etc/hosts (which the kubelet

@@ -44,7 +44,7 @@ func TestHostToolsLayer(t *testing.T) {
 		testskip.Unavailable(t, "chroot needs root")
 	}
 	layer, by := hostLayer(t)
-	for _, p := range []string{"busybox-static=", "dash=", "wget=", "netcat-openbsd=", "curl=", "bind9-dnsutils=", "socat=", "iproute2=", "bash="} {
+	for _, p := range []string{"busybox-static=", "dash=", "wget=", "netcat-openbsd=", "curl=", "bind9-dnsutils=", "socat=", "iproute2=", "bash=", "libc-bin="} {
 		if !strings.Contains(by, p) {
 			t.Errorf("history %q does not name %s", by, p)
 		}
@@ -105,6 +105,8 @@ func TestHostToolsLayer(t *testing.T) {
 		{"ss -V", "iproute2"},
 		{"ls /etc/nsswitch.conf && sleep 0.1 && seq 2 | xargs echo applets", "applets 1 2"},
 		{"env timeout 5 nc -h 2>&1", "OpenBSD netcat"},
+		// The DNS specs' /etc/hosts probe (the kubelet mounts the file).
+		{"echo '192.0.2.7 probe-host' > /etc/hosts && getent hosts probe-host", "192.0.2.7"},
 	} {
 		// A mount and PID namespace of its own: the /proc mount goes
 		// with it; the network is the host's (loopback only).
