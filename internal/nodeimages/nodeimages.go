@@ -50,7 +50,17 @@ const (
 	// agnhost's).
 	BusyBoxImage         = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 	GlibcDNSTestingImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	// RegressionIssue74839Image is test/utils/image's RegressionIssue74839,
+	// the Conntrack "invalid conntrack state bug" spec's server (its
+	// VERSION, 1.5).
+	RegressionIssue74839Image = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.5"
 )
+
+// RegressionIssue74839 is the binary of RegressionIssue74839Image
+// (k8s.io/kubernetes/test/images/regression-issue-74839, static) in the
+// e2e tools directory (tools.E2EDir): the upstream e2e runner builds it
+// there (test/upstreame2e), only for its runs.
+const RegressionIssue74839 = "regression-issue-74839"
 
 // porterCert and porterKey are agnhost's test/images/agnhost/porter
 // localhost.crt and localhost.key of k8s.io/kubernetes v1.37.2 (a
@@ -118,6 +128,9 @@ type spec struct {
 	// tools: a layer under the binary's with the shell and tools
 	// upstream's image has from its base (tools.go).
 	tools bool
+	// e2e: the binary is in the e2e tools directory, built only for
+	// Kubernetes' own e2e suite: without it the image is not built.
+	e2e bool
 }
 
 // specs are the images Build makes: what upstream's Dockerfiles give them
@@ -196,6 +209,15 @@ func specs() []spec {
 			extras: map[string]string{"/coredns": tools.CoreDNS},
 			config: v1.Config{Cmd: []string{"bash"}, WorkingDir: "/", Env: []string{debianPath}},
 		},
+		{
+			// test/images/regression-issue-74839: the binary on
+			// debian-base, ENTRYPOINT /regression-issue-74839; it
+			// needs nothing of the base (a static Go program that
+			// opens a raw socket).
+			name: RegressionIssue74839Image, binary: RegressionIssue74839, path: "/" + RegressionIssue74839, e2e: true,
+			files:  baseFiles(),
+			config: v1.Config{Entrypoint: []string{"/" + RegressionIssue74839}, WorkingDir: "/", Env: []string{debianPath}},
+		},
 	}
 }
 
@@ -229,11 +251,17 @@ func buildAll(binDir string, toolsLayer toolsLayerFunc) ([]Image, error) {
 	// it: built once, and one blob in the registry and on the nodes.
 	toolsLayers := map[string][]mutate.Addendum{}
 	for _, s := range specs() {
-		binary := s.binary
+		binary, dir := s.binary, binDir
 		if binary == "" {
 			binary = toolsArchBinary
 		}
-		data, arch, err := readStatic(binDir, binary)
+		if s.e2e {
+			dir = tools.E2EDir(binDir)
+			if _, err := os.Stat(filepath.Join(dir, binary)); os.IsNotExist(err) {
+				continue
+			}
+		}
+		data, arch, err := readStatic(dir, binary)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.name, err)
 		}

@@ -379,3 +379,44 @@ func TestBuildTools(t *testing.T) {
 		t.Errorf("tools missing: %v", err)
 	}
 }
+
+// TestBuildE2EImage: the regression-issue-74839 image is built when the
+// e2e tools directory holds its binary (the upstream e2e runner builds
+// it), from that binary; without it Build makes the others and no error.
+func TestBuildE2EImage(t *testing.T) {
+	dir := fakeBinDir(t)
+	images, err := buildFake(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range images {
+		if img.Name == RegressionIssue74839Image {
+			t.Fatalf("%s built without its binary", img.Name)
+		}
+	}
+	e2eDir := tools.E2EDir(dir)
+	if err := os.MkdirAll(e2eDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e2eDir, RegressionIssue74839), fakeELF(t, elf.ET_EXEC, elf.EM_X86_64, elf.PT_LOAD), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	with, err := buildFake(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(with) != len(images)+1 || with[len(with)-1].Name != RegressionIssue74839Image {
+		t.Fatalf("with the binary: %d images, the last %q; want %d, the last %s", len(with), with[len(with)-1].Name, len(images)+1, RegressionIssue74839Image)
+	}
+	img := with[len(with)-1].Image
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/" + RegressionIssue74839}; !reflect.DeepEqual(cf.Config.Entrypoint, want) {
+		t.Errorf("entrypoint %q, want %q", cf.Config.Entrypoint, want)
+	}
+	if h := layerEntries(t, img)[RegressionIssue74839]; h == nil || h.Typeflag != tar.TypeReg || h.Mode&0o005 != 0o005 {
+		t.Errorf("binary entry %+v: want a regular file others may execute", h)
+	}
+}

@@ -90,6 +90,11 @@ func run() error {
 	kcfg := *kubeconfig
 	var runErr error
 	if kcfg == "" {
+		// up builds the images of the specs from what it finds; this
+		// one's binary only this suite needs.
+		if err := upstreame2e.BuildImageBinaries(ctx, root, e2eDir); err != nil {
+			return err
+		}
 		var extra []string
 		if *ccmBinary != "" {
 			extra = append(extra, "--ccm-binary", *ccmBinary)
