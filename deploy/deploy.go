@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -69,4 +70,59 @@ func PVLabelWebhookConfiguration(url string, caPEM []byte) (*admissionregistrati
 		return mwc, nil
 	}
 	return nil, fmt.Errorf("deploy/ccm/webhook.yaml has no MutatingWebhookConfiguration")
+}
+
+//go:embed network-proxy/rbac.yaml
+var networkProxyRBAC string
+
+// NetworkProxyRBAC is what deploy/network-proxy/rbac.yaml grants the proxy
+// server's user (system:konnectivity-server), as written: `portside up`
+// runs proxy-server with that identity and these grants, not as admin.
+type NetworkProxyRBAC struct {
+	ClusterRoles        []rbacv1.ClusterRole
+	ClusterRoleBindings []rbacv1.ClusterRoleBinding
+	Roles               []rbacv1.Role
+	RoleBindings        []rbacv1.RoleBinding
+}
+
+// NetworkProxyServerRBAC parses deploy/network-proxy/rbac.yaml (strictly: a
+// field it does not know is an error, not dropped).
+func NetworkProxyServerRBAC() (NetworkProxyRBAC, error) {
+	var out NetworkProxyRBAC
+	for i, doc := range strings.Split(networkProxyRBAC, "\n---") {
+		var probe metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
+			return out, fmt.Errorf("deploy/network-proxy/rbac.yaml document %d: %w", i+1, err)
+		}
+		var err error
+		switch probe.Kind {
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			err = yaml.UnmarshalStrict([]byte(doc), &o)
+			out.ClusterRoles = append(out.ClusterRoles, o)
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			err = yaml.UnmarshalStrict([]byte(doc), &o)
+			out.ClusterRoleBindings = append(out.ClusterRoleBindings, o)
+		case "Role":
+			var o rbacv1.Role
+			err = yaml.UnmarshalStrict([]byte(doc), &o)
+			out.Roles = append(out.Roles, o)
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			err = yaml.UnmarshalStrict([]byte(doc), &o)
+			out.RoleBindings = append(out.RoleBindings, o)
+		case "":
+			continue // comments only
+		default:
+			err = fmt.Errorf("kind %s is not RBAC", probe.Kind)
+		}
+		if err != nil {
+			return out, fmt.Errorf("deploy/network-proxy/rbac.yaml document %d: %w", i+1, err)
+		}
+	}
+	if len(out.ClusterRoleBindings) == 0 {
+		return out, fmt.Errorf("deploy/network-proxy/rbac.yaml binds nothing")
+	}
+	return out, nil
 }

@@ -101,6 +101,11 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 				return err
 			}
 		}
+		if env.realNodes {
+			if err := startCSRApprover(ctx, s, env, exe); err != nil {
+				return err
+			}
+		}
 		return unregisterWebhook(ctx, env)
 	}
 	cert, err := env.cp.IssueServingCert("ccm-webhook", "127.0.0.1")
@@ -120,6 +125,34 @@ func startCCM(ctx context.Context, s *stack, env *environment) error {
 		}
 	}
 	return registerWebhook(ctx, s, env)
+}
+
+// startCSRApprover runs Portside's node-serving-csr-approver alone beside
+// another CCM: real kubelets ask for serving certificates by CSR, and
+// approving them is no CCM's job upstream (upstream's has no such
+// controller), so without it kube-apiserver's calls to kubelets (logs,
+// exec, port-forward) fail the TLS handshake. It checks each CSR against
+// the cloud's instance as in Portside's CCM, and runs no other controller.
+func startCSRApprover(ctx context.Context, s *stack, env *environment, exe string) error {
+	logPath := filepath.Join(env.logs(), "csr-approver.log")
+	var offset int64
+	if st, err := os.Stat(logPath); err == nil {
+		offset = st.Size()
+	}
+	args := []string{"ccm", "--cloud-provider=local", "--cloud-config=" + env.cloudConfig(), "--kubeconfig=" + env.kubeconfig(),
+		"--secure-port=0", "--bind-address=127.0.0.1", "--leader-elect=false", "--controllers=node-serving-csr-approver"}
+	s.p.step("ccm", "starting Portside's node-serving-csr-approver alone beside %s, for the real kubelets' serving certificates (log %s)", filepath.Base(env.ccmBinary), logPath)
+	run := func() (*proc.Process, error) { return proc.Start("csr-approver", exe, args, nil, logPath) }
+	p, err := run()
+	if err != nil {
+		return err
+	}
+	if _, err := waitCCMReady(ctx, p, logPath, offset, time.Minute); err != nil {
+		p.Stop(10 * time.Second)
+		return processError(err, p)
+	}
+	s.pushSupervised(supervise(s.p, "ccm", "csr-approver", p, 10*time.Second, run))
+	return nil
 }
 
 // waitAlive fails when p exits within d.

@@ -121,7 +121,11 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 		// server reads; a dial for no node's address takes the host's
 		// default-route agent, never a node's (default would pick any).
 		args[slices.Index(args, "--proxy-strategies=destHost,default")] = "--proxy-strategies=destHost,defaultRoute"
-		args = append(args, "--kubeconfig="+env.kubeconfig())
+		kubeconfig, err := proxyServerKubeconfig(ctx, env)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--kubeconfig="+kubeconfig)
 		// The cloud serves the agent port at the gateway (cloudArgs).
 		env.realNet.agentTarget = st.Server.AgentAddress
 	}

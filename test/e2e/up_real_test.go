@@ -89,6 +89,7 @@ func TestUpRealNodes(t *testing.T) {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
 	throughTheProxy(t, data)
+	proxyServerNotAdmin(t, data)
 	powerCycle(t, data, "node-1")
 	_ = up.Process.Signal(syscall.SIGKILL)
 	<-done
@@ -195,6 +196,21 @@ func powerCycle(t *testing.T, data, node string) {
 // there), and each one must pass through the agent inside the pod's node:
 // the packets the server sent that agent (its /metrics, read through the
 // VPC at the address `portside status` probes) grow with each.
+// proxyServerNotAdmin: up runs proxy-server as system:konnectivity-server
+// with deploy/network-proxy/rbac.yaml's grants (it read the agents' Nodes
+// for their claims, which throughTheProxy just used), never as admin, and
+// nothing it asked was forbidden.
+func proxyServerNotAdmin(t *testing.T, data string) {
+	t.Helper()
+	kc := string(mustRead(t, filepath.Join(data, "netproxy", "proxy-server.kubeconfig")))
+	if !strings.Contains(kc, "system:konnectivity-server") || strings.Contains(kc, "client-certificate-data") {
+		t.Errorf("proxy-server's kubeconfig is not system:konnectivity-server's own:\n%s", kc)
+	}
+	if log := string(mustRead(t, filepath.Join(data, "logs", "proxy-server.log"))); strings.Contains(log, "forbidden") {
+		t.Errorf("proxy-server was forbidden something:\n%s", log)
+	}
+}
+
 func throughTheProxy(t *testing.T, data string) {
 	t.Helper()
 	binDir, err := tools.BinDir()
