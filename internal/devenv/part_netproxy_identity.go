@@ -84,7 +84,10 @@ func proxyServerKubeconfig(ctx context.Context, env *environment) (string, error
 	}
 	for _, o := range rbac.RoleBindings {
 		if err := apply("RoleBinding "+o.Namespace+"/"+o.Name,
-			func() error { _, err := rb.RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{}); return err },
+			func() error {
+				_, err := rb.RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+				return err
+			},
 			func() error {
 				cur, err := rb.RoleBindings(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
 				if err != nil {
