@@ -41,33 +41,11 @@ import (
 // missing Service to NXDOMAIN, and a name outside the cluster is refused,
 // not sent anywhere.
 func TestUpClusterDNS(t *testing.T) {
-	vpctest.RequireRoot(t)
-	needBinaries(t)
-	root, err := tools.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := testbin.Portside(t)
-	data := filepath.Join(t.TempDir(), "up")
-	t.Cleanup(func() {
-		if out, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
-			t.Errorf("portside down: %v\n%s", err, out)
-		}
-	})
-	out := runUp(t, bin, root, "--node-mode=real", "--nodes=2", "--data-dir", data)
+	_, out, client := upRealNodes(t, 2)
 	m := regexp.MustCompile(`cluster DNS +ready in \S+: 2/2 CoreDNS pods \(` + regexp.QuoteMeta(nodeimages.CoreDNSImage) + `\) ready behind Service kube-system/kube-dns (\S+) `).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("up printed no cluster DNS ready line:\n%s", out)
 	}
-	kc := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
-	if kc == nil {
-		t.Fatalf("up printed no kubeconfig:\n%s", out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 	dnsSvc, err := client.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
 	if err != nil {
@@ -165,6 +143,36 @@ func inClusterClientWorks(t *testing.T, client kubernetes.Interface, ns string) 
 }
 
 // runUp starts `portside up` and returns its output once it is ready.
+// upRealNodes runs `portside up --node-mode=real` with n nodes until it is
+// ready (down at cleanup) and returns its data directory, its output and a
+// client of its cluster.
+func upRealNodes(t *testing.T, n int) (string, string, *kubernetes.Clientset) {
+	t.Helper()
+	vpctest.RequireRoot(t)
+	needBinaries(t)
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := testbin.Portside(t)
+	data := filepath.Join(t.TempDir(), "up")
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
+			t.Errorf("portside down: %v\n%s", err, out)
+		}
+	})
+	out := runUp(t, bin, root, "--node-mode=real", fmt.Sprintf("--nodes=%d", n), "--data-dir", data)
+	kc := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
+	if kc == nil {
+		t.Fatalf("up printed no kubeconfig:\n%s", out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, out, kubernetes.NewForConfigOrDie(cfg)
+}
+
 func runUp(t *testing.T, bin, root string, args ...string) string {
 	t.Helper()
 	up := exec.Command(bin, append([]string{"up"}, args...)...)

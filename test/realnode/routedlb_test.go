@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,15 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
-	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
-	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -40,29 +33,7 @@ import (
 // the source range widened lets the host in again; NodePorts allocated
 // later move it to the proxied load balancer with the same ingress.
 func TestUpRoutedLoadBalancer(t *testing.T) {
-	vpctest.RequireRoot(t)
-	needBinaries(t)
-	root, err := tools.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := testbin.Portside(t)
-	data := filepath.Join(t.TempDir(), "up")
-	t.Cleanup(func() {
-		if out, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
-			t.Errorf("portside down: %v\n%s", err, out)
-		}
-	})
-	out := runUp(t, bin, root, "--node-mode=real", "--nodes=2", "--data-dir", data)
-	kc := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
-	if kc == nil {
-		t.Fatalf("up printed no kubeconfig:\n%s", out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(cfg)
+	data, _, kube := upRealNodes(t, 2)
 	cloud := cloudClient(t, filepath.Join(data, "cloud"))
 	ctx := context.Background()
 	ns := dnsNamespace(t, kube)
@@ -141,7 +112,9 @@ func TestUpRoutedLoadBalancer(t *testing.T) {
 	}
 	update("source ranges excluding the host", func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"} })
 	waitRefused(t, net.JoinHostPort(vip, "80"), "a client outside loadBalancerSourceRanges")
-	update("source ranges with the host", func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24", "198.19.255.0/24"} })
+	update("source ranges with the host", func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24", "198.19.255.0/24"}
+	})
 	testenv.Eventually(t, time.Minute, "the host let in again by its range", func() (bool, string) {
 		_, err := tryGet(url)
 		return err == nil, fmt.Sprint(err)
