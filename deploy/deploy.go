@@ -97,21 +97,13 @@ func NetworkProxyServerRBAC() (NetworkProxyRBAC, error) {
 		var err error
 		switch probe.Kind {
 		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			err = yaml.UnmarshalStrict([]byte(doc), &o)
-			out.ClusterRoles = append(out.ClusterRoles, o)
+			out.ClusterRoles, err = appendStrict(out.ClusterRoles, doc)
 		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			err = yaml.UnmarshalStrict([]byte(doc), &o)
-			out.ClusterRoleBindings = append(out.ClusterRoleBindings, o)
+			out.ClusterRoleBindings, err = appendStrict(out.ClusterRoleBindings, doc)
 		case "Role":
-			var o rbacv1.Role
-			err = yaml.UnmarshalStrict([]byte(doc), &o)
-			out.Roles = append(out.Roles, o)
+			out.Roles, err = appendStrict(out.Roles, doc)
 		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			err = yaml.UnmarshalStrict([]byte(doc), &o)
-			out.RoleBindings = append(out.RoleBindings, o)
+			out.RoleBindings, err = appendStrict(out.RoleBindings, doc)
 		case "":
 			continue // comments only
 		default:
@@ -125,4 +117,13 @@ func NetworkProxyServerRBAC() (NetworkProxyRBAC, error) {
 		return out, fmt.Errorf("deploy/network-proxy/rbac.yaml binds nothing")
 	}
 	return out, nil
+}
+
+// appendStrict decodes doc strictly into a T and appends it.
+func appendStrict[T any](list []T, doc string) ([]T, error) {
+	var o T
+	if err := yaml.UnmarshalStrict([]byte(doc), &o); err != nil {
+		return list, err
+	}
+	return append(list, o), nil
 }
