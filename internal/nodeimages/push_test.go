@@ -54,7 +54,8 @@ func TestPushServedPullByDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRepos := map[string]string{PauseImage: "pause", AgnhostImage: "e2e-test-images/agnhost", CoreDNSImage: "coredns/coredns",
-		BusyBoxImage: "e2e-test-images/busybox", GlibcDNSTestingImage: "e2e-test-images/glibc-dns-testing"}
+		BusyBoxImage: "e2e-test-images/busybox", GlibcDNSTestingImage: "e2e-test-images/glibc-dns-testing",
+		RegressionIssue74839Image: "e2e-test-images/regression-issue-74839"}
 	pull, err := cloud.Client.Credential(ctx, api.CredentialRequest{Image: cloud.RegistryHost + "/pause"})
 	if err != nil {
 		t.Fatal(err)
