@@ -30,15 +30,19 @@ const (
 	LBDualStack      Capability = "lb-dual-stack"
 	LBIPMode         Capability = "lb-ip-mode"
 	LBReachable      Capability = "lb-reachable" // the runner can connect to load-balancer ingress addresses
-	Routes           Capability = "routes"
-	Volumes          Capability = "volumes" // PV labels (the persistent-volume-label webhook)
-	RegistryCreds    Capability = "registry-credentials"
-	NetworkProxy     Capability = "network-proxy"
+	// LBWithoutNodePorts: Services with allocateLoadBalancerNodePorts false
+	// are served (the local cloud with real machines routes their VIPs).
+	// Not discovered: a provider cannot tell it (--extra-capabilities).
+	LBWithoutNodePorts Capability = "lb-without-node-ports"
+	Routes             Capability = "routes"
+	Volumes            Capability = "volumes" // PV labels (the persistent-volume-label webhook)
+	RegistryCreds      Capability = "registry-credentials"
+	NetworkProxy       Capability = "network-proxy"
 )
 
 // AllCapabilities lists every capability, in documentation order.
 var AllCapabilities = []Capability{Instances, InstanceDeletion, LoadBalancers, LBUDP, LBMixedProtocols, LBSourceRanges,
-	LBHealthChecks, LBDualStack, LBIPMode, LBReachable, Routes, Volumes, RegistryCreds, NetworkProxy}
+	LBHealthChecks, LBDualStack, LBIPMode, LBReachable, LBWithoutNodePorts, Routes, Volumes, RegistryCreds, NetworkProxy}
 
 // Env is what tests run against.
 type Env struct {

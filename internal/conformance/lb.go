@@ -34,6 +34,7 @@ func LoadBalancerTests() []Test {
 		{Name: "load-balancers/node-changes", Needs: []Capability{LoadBalancers}, Timeout: 6 * time.Minute, Run: testLBNodeChanges},
 		{Name: "load-balancers/class-ignored", Needs: []Capability{LoadBalancers}, Timeout: 2 * time.Minute, Run: testLBClassIgnored},
 		{Name: "load-balancers/deletion", Needs: []Capability{LoadBalancers}, Timeout: 6 * time.Minute, Run: testLBDeletion},
+		{Name: "load-balancers/without-node-ports", Needs: []Capability{LoadBalancers, LBWithoutNodePorts}, Timeout: 8 * time.Minute, Run: testLBWithoutNodePorts},
 		{Name: "load-balancers/ip-mode", Needs: []Capability{LoadBalancers, LBIPMode}, Timeout: 4 * time.Minute, Run: testLBIPMode},
 		// Upstream's LoadBalancer e2e scenarios (lb_upstream.go).
 		{Name: "load-balancers/type-changes-tcp", Needs: []Capability{LoadBalancers}, Timeout: 10 * time.Minute, Run: testLBTypeChanges(corev1.ProtocolTCP)},

@@ -36,7 +36,7 @@ import (
 // <datagram>". Both name the pod and the client, which is what the tests
 // check.
 const (
-	lbImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+	lbImage = TestImage
 	lbPort  = 8080
 
 	// lbFinalizer is the cloud-provider cleanup finalizer of LoadBalancer Services.

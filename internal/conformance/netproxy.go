@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"github.com/portside-io/portside/internal/nodeimages"
+
 	"context"
 	"fmt"
 	"time"
@@ -11,8 +13,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// TestImage is the image of the pods the suite runs.
-const TestImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+// TestImage is the image of the pods the suite runs: agnhost at the tag of
+// the pinned Kubernetes (upstream's e2e tests at KUBE_VERSION use it too),
+// which `portside up` builds from source for real nodes; any other tag
+// would be an image its nodes cannot pull.
+const TestImage = nodeimages.AgnhostImage
 
 func networkProxyTest() Test {
 	return Test{
