@@ -115,7 +115,7 @@ func (b *balancer) apply(cfg Config) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := b.syncListeners(); err != nil {
+	if err := b.syncListeners(true); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -127,10 +127,28 @@ func (b *balancer) apply(cfg Config) error {
 // backend is ready, so that a client is refused (TCP reset on its SYN,
 // ICMP port unreachable for UDP) as with nothing listening, instead of
 // being accepted and dropped. Open connections are not touched: they go
-// on, or drain, with their backends.
-func (b *balancer) syncListeners() error {
+// on, or drain, with their backends. With probe (a new config), listeners
+// that stay closed are bound once and closed again, so that a port
+// another program holds is the load balancer's error now, as it would be
+// with backends, not only when a backend becomes ready.
+func (b *balancer) syncListeners(probe bool) error {
 	open := !b.isRouted && !b.closed && len(*b.ready.Load()) > 0
 	var bindErrs []error
+	if probe && !open && !b.isRouted && !b.closed {
+		for _, vip := range b.cfg.VIPs {
+			for _, l := range b.cfg.Listeners {
+				if _, ok := b.listeners[listenerKey(l.Protocol, vip, l.Port)]; ok {
+					continue // still bound: closed below
+				}
+				pl, err := b.listen(l.Protocol, netip.AddrPortFrom(vip, uint16(l.Port)), l.BackendPort)
+				if err != nil {
+					bindErrs = append(bindErrs, err)
+					continue
+				}
+				pl.close()
+			}
+		}
+	}
 	wantL := map[string]bool{}
 	for _, vip := range b.cfg.VIPs {
 		if !open {
@@ -185,7 +203,7 @@ func (b *balancer) refreshReady() {
 		}
 		return
 	}
-	if err := b.syncListeners(); err != nil {
+	if err := b.syncListeners(false); err != nil {
 		b.logger().Error(err, "Opening listeners failed")
 	}
 }

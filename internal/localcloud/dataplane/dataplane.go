@@ -210,7 +210,7 @@ func (b *balancer) health() api.LoadBalancerHealth {
 		for _, vip := range b.cfg.VIPs {
 			for _, l := range b.cfg.Listeners {
 				h.Listeners = append(h.Listeners, api.ListenerHealth{Protocol: l.Protocol,
-					Address: netip.AddrPortFrom(vip, uint16(l.Port)).String(), LastError: "no healthy backend: connections are refused"})
+					Address: netip.AddrPortFrom(vip, uint16(l.Port)).String(), LastError: RefusingReason})
 			}
 		}
 	}

@@ -19,6 +19,10 @@ import (
 // what a listener does not cover, a source range excludes or no healthy
 // backend takes reaches the router's own stack, which refuses it.
 
+// RefusingReason is a listener's health error while no backend is ready:
+// it refuses connections on purpose (proxied or routed).
+const RefusingReason = "no healthy backend: connections are refused"
+
 // RoutedVIP is one VIP of a routed load balancer as the router must
 // forward it.
 type RoutedVIP struct {
@@ -148,7 +152,7 @@ func (b *balancer) routedStatus() []api.ListenerHealth {
 				h.LastError = b.routeErr.Error()
 			}
 			if ok && len(r.Via) == 0 {
-				h.LastError = "no healthy backend: connections are refused"
+				h.LastError = RefusingReason
 			}
 			out = append(out, h)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portside-io/portside/internal/localcloud/dataplane"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
@@ -60,6 +61,19 @@ func TestConcurrentPutDeleteKeepsStoreAndDataPlaneInStep(t *testing.T) {
 	}
 }
 
+// refusing: every listener is closed because no backend is ready.
+func refusing(h api.LoadBalancerHealth) bool {
+	if len(h.Listeners) == 0 {
+		return false
+	}
+	for _, l := range h.Listeners {
+		if l.Serving || l.LastError != dataplane.RefusingReason {
+			return false
+		}
+	}
+	return true
+}
+
 func checkInStep(t *testing.T, srv *Server, c *client.Client, name string) {
 	t.Helper()
 	lb, err := c.GetLoadBalancer(context.Background(), name)
@@ -73,14 +87,18 @@ func checkInStep(t *testing.T, srv *Server, c *client.Client, name string) {
 		t.Fatal(err)
 	case lb.State != api.LoadBalancerActive:
 		t.Errorf("%s is stored %s: %s", name, lb.State, lb.Message)
-	case !served || !h.Serving:
-		t.Errorf("%s is stored active but not served (in data plane: %v)", name, served)
+	case !served || !h.Serving && !refusing(h):
+		t.Errorf("%s is stored active but not served (in data plane: %v, %+v)", name, served, h)
 	default:
 		addr := net.JoinHostPort(lb.VIPs[0], fmt.Sprint(lb.Listeners[0].Port))
-		// No backend is up: the proxy accepts then resets. Only a refused
-		// connection means no listener.
+		// No backend is up: the listeners are closed on purpose, and
+		// health says so; a connection is refused.
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		if refusing(h) {
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("%s refuses (no ready backend), but a connection to %s: %v", name, addr, err)
+			}
+		} else if errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("%s is stored active on %s but nothing listens there: %v", name, addr, err)
 		} else if err == nil {
 			_ = conn.Close()
