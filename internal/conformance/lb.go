@@ -43,6 +43,7 @@ func LoadBalancerTests() []Test {
 		{Name: "load-balancers/udp-pod-cycles", Needs: []Capability{LoadBalancers, LBUDP, LBReachable}, Timeout: 8 * time.Minute, Run: testLBUDPPodCycles},
 		{Name: "load-balancers/rolling-update", Needs: []Capability{LoadBalancers, LBReachable}, Timeout: 10 * time.Minute, Run: testLBRollingUpdate},
 		{Name: "load-balancers/etp-local-endpoints", Needs: []Capability{LoadBalancers, LBHealthChecks}, Timeout: 10 * time.Minute, Run: testLBETPLocalEndpoints},
+		{Name: "load-balancers/etp-local-from-pods", Needs: []Capability{LoadBalancers, LBHealthChecks}, Timeout: 8 * time.Minute, Run: testLBETPLocalFromPods},
 		{Name: "load-balancers/same-port-protocols", Needs: []Capability{LoadBalancers, LBMixedProtocols}, Timeout: 8 * time.Minute, Run: testLBSamePortProtocols},
 	}
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -169,6 +170,47 @@ func TestLBUMovedOn(t *testing.T) {
 	} {
 		if got, detail := lbuMovedOn(tc.history, "old", 3); got != tc.want {
 			t.Errorf("%s: %v (%s), want %v", tc.name, got, detail, tc.want)
+		}
+	}
+}
+
+func TestLBFromPodVerdict(t *testing.T) {
+	client := netip.MustParseAddr("10.244.2.7")
+	proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
+	for _, tc := range []struct {
+		name               string
+		hostname, clientip string
+		mode               *corev1.LoadBalancerIPMode
+		want               bool
+	}{
+		{"served, source kept", "srv", "10.244.2.7:41234", nil, true},
+		{"served, source kept, ipMode VIP", "srv", "10.244.2.7:41234", &vip, true},
+		{"IPv6 client", "srv", "[fd10::7]:41234", nil, false},
+		{"source NAT to the node", "srv", "10.90.0.3:5000", nil, false},
+		{"another pod answered", "other", "10.244.2.7:41234", nil, false},
+		{"no address in the answer", "srv", "hello", nil, false},
+		{"ipMode Proxy: any source", "srv", "10.90.0.1:5000", &proxy, true},
+		{"ipMode Proxy still needs the server", "other", "10.90.0.1:5000", &proxy, false},
+	} {
+		if got, detail := lbFromPodVerdict(tc.hostname, tc.clientip, "srv", client, tc.mode); got != tc.want {
+			t.Errorf("%s: verdict %v (%s), want %v", tc.name, got, detail, tc.want)
+		}
+	}
+}
+
+func TestParseDial(t *testing.T) {
+	for _, tc := range []struct {
+		raw, want string
+		err       bool
+	}{
+		{`{"responses":["pod-a"]}`, "pod-a", false},
+		{`{"errors":["dial tcp 10.0.0.1:80: i/o timeout"]}`, "", true},
+		{`{}`, "", true},
+		{`hello from ns/pod`, "", true},
+	} {
+		got, err := parseDial([]byte(tc.raw))
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("parseDial(%s) = %q, %v; want %q, error %v", tc.raw, got, err, tc.want, tc.err)
 		}
 	}
 }

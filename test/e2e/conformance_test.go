@@ -143,10 +143,12 @@ func TestConformance(t *testing.T) {
 // TestConformance, with (part of) the reason: the local cloud declares no
 // lb-ip-mode (docs/conformance.md), and only its real machines serve a
 // Service without NodePorts (TestConformance's `up` has simulated nodes;
-// docs/conformance.md shows the run with real ones). The other tests'
-// needs are all met by `portside up` and the flags TestConformance passes.
+// docs/conformance.md shows the run with real ones), nor has a pod that
+// can send traffic. The other tests' needs are all met by `portside up`
+// and the flags TestConformance passes.
 var wantSkipped = map[string]string{"load-balancers/ip-mode": "needs lb-ip-mode",
-	"load-balancers/without-node-ports": "needs lb-without-node-ports"}
+	"load-balancers/without-node-ports":  "needs lb-without-node-ports",
+	"load-balancers/etp-local-from-pods": "no schedulable node reports a container runtime"}
 
 type junitResult struct{ status, message string }
 
