@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,11 +137,19 @@ func lead(ctx context.Context, o *Options, enabled []Controller, provider cloud.
 	// As upstream: the own lease first, its controllers started, and only
 	// then the migration lease, so that one process never holds the
 	// migration lease while another holds the main one.
+	// The migration lease's elector runs beside the main one; the process
+	// exits only once it has ended too, so that the migration lease is
+	// released on shutdown rather than left to expire (the next holder
+	// would otherwise wait out its whole duration).
+	var migDone sync.WaitGroup
+	defer migDone.Wait()
 	return elect(ctx, o, client, h, o.LeaderElectLockName, func(ctx context.Context, fail func(error)) error {
 		if err := startControllers(ctx, o, own, provider, clients, reg, h); err != nil {
 			return err
 		}
+		migDone.Add(1)
 		go func() {
+			defer migDone.Done()
 			err := elect(ctx, o, client, h, mig.LeaderName, func(ctx context.Context, _ func(error)) error {
 				logger.Info("Holding the migration lease; starting migrated controllers", "lease", mig.LeaderName)
 				return startControllers(ctx, o, migrated, provider, clients, reg, h)
