@@ -25,8 +25,11 @@ import (
 type Options struct {
 	// DataDir keeps the environment's state between runs.
 	DataDir string
-	// Nodes is the number of simulated nodes, 1 to MaxNodes.
+	// Nodes is the number of nodes, 1 to MaxNodes (MaxRealNodes real).
 	Nodes int
+	// Zones is how many of the local cloud's zones the nodes are spread
+	// over, round-robin (0: DefaultZones, or fewer with fewer nodes).
+	Zones int
 	// Once verifies the environment (a request through a LoadBalancer VIP)
 	// and stops, for scripts and tests.
 	Once bool
@@ -72,6 +75,14 @@ const MaxCCMReplicas = 5
 func Up(ctx context.Context, opts Options) (err error) {
 	if opts.Nodes < 1 || opts.Nodes > MaxNodes {
 		return fmt.Errorf("--nodes %d is out of range 1-%d", opts.Nodes, MaxNodes)
+	}
+	// The cloud's zones are known once it runs (chooseZones checks them
+	// then); what --nodes allows is checked now, before anything starts.
+	if opts.Zones < 0 {
+		return fmt.Errorf("--zones %d: give the number of zones to spread the nodes over, 1 or more (default %d)", opts.Zones, DefaultZones)
+	}
+	if opts.Zones > opts.Nodes {
+		return fmt.Errorf("--zones %d with --nodes %d would leave a zone without nodes: give --nodes %d or more, or fewer --zones", opts.Zones, opts.Nodes, opts.Zones)
 	}
 	if opts.CCMReplicas == 0 {
 		opts.CCMReplicas = 1
@@ -154,13 +165,13 @@ func Up(ctx context.Context, opts Options) (err error) {
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
 	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
 		realNodes: opts.NodeMode == NodeModeReal}
-	nodes := startNodes(opts.Nodes)
+	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {
 		var err error
 		if env.realNet, err = loadRealNetwork(l); err != nil {
 			return nil, "nodes", err
 		}
-		nodes = startRealNodes(opts.Nodes)
+		nodes = startRealNodes(opts.Nodes, opts.Zones)
 	}
 	type step struct {
 		part string

@@ -29,3 +29,30 @@ func chooseNodeMode(mode string, nodes int, unavailable string) (string, string,
 	}
 	return "", "", fmt.Errorf("--node-mode %q: want %s, %s or %s", mode, NodeModeAuto, NodeModeReal, NodeModeSimulated)
 }
+
+// DefaultZones is how many of the local cloud's zones `up` spreads its
+// nodes over unless --zones says otherwise: two show zone-aware behaviour
+// (load balancers, volumes, the network proxy's agents) with few nodes.
+const DefaultZones = 2
+
+// chooseZones picks the first want zones of the cloud's region (0: the
+// default), or says what is wrong: more zones than the region has, or
+// than there are nodes to put in them (a zone without nodes would look
+// like a zone to the cluster's topology-aware features while nothing in
+// it could serve).
+func chooseZones(region string, zones []string, want, nodes int) ([]string, error) {
+	if want == 0 {
+		want = max(1, min(DefaultZones, nodes, len(zones)))
+	}
+	switch {
+	case len(zones) == 0:
+		return nil, fmt.Errorf("the local cloud's region %s lists no zones", region)
+	case want < 0:
+		return nil, fmt.Errorf("--zones %d: give 1 to %d (the zones of region %s: %v)", want, len(zones), region, zones)
+	case want > len(zones):
+		return nil, fmt.Errorf("--zones %d: the local cloud's region %s has %d zones (%v); give at most %d", want, region, len(zones), zones, len(zones))
+	case want > nodes:
+		return nil, fmt.Errorf("--zones %d with --nodes %d would leave a zone without nodes: give --nodes %d or more, or fewer --zones", want, nodes, want)
+	}
+	return zones[:want], nil
+}

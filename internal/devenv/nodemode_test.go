@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,6 +32,32 @@ func TestChooseNodeMode(t *testing.T) {
 		}
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.err)
+		}
+	}
+}
+
+func TestChooseZones(t *testing.T) {
+	abc := []string{"zone-a", "zone-b", "zone-c"}
+	for _, tc := range []struct {
+		name        string
+		zones       []string
+		want, nodes int
+		got         []string
+		err         string
+	}{
+		{"default: two zones", abc, 0, 3, []string{"zone-a", "zone-b"}, ""},
+		{"default with one node: one zone", abc, 0, 1, []string{"zone-a"}, ""},
+		{"default in a one-zone region", []string{"zone-a"}, 0, 3, []string{"zone-a"}, ""},
+		{"all three", abc, 3, 6, abc, ""},
+		{"one", abc, 1, 3, []string{"zone-a"}, ""},
+		{"more than the region has", abc, 4, 8, nil, "--zones 4: the local cloud's region r has 3 zones"},
+		{"more zones than nodes", abc, 3, 2, nil, "--zones 3 with --nodes 2 would leave a zone without nodes"},
+		{"negative", abc, -1, 3, nil, "--zones -1: give 1 to 3"},
+		{"no zones", nil, 0, 3, nil, "lists no zones"},
+	} {
+		got, err := chooseZones("r", tc.zones, tc.want, tc.nodes)
+		if !slices.Equal(got, tc.got) || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: chooseZones(%v, %d, %d) = %v, %v; want %v, error with %q", tc.name, tc.zones, tc.want, tc.nodes, got, err, tc.got, tc.err)
 		}
 	}
 }

@@ -24,8 +24,6 @@ const (
 	concurrency = 16
 	// heartbeatInterval is the kubelet's node lease renewal interval.
 	heartbeatInterval = 10 * time.Second
-	// zonesUsed: nodes are spread over this many zones of the cloud's region.
-	zonesUsed = 2
 )
 
 type nodeInfo struct {
@@ -38,13 +36,16 @@ func nodeName(i int) string { return "node-" + strconv.Itoa(i+1) }
 // startNodes creates a cloud machine per node (reusing those of an earlier
 // run), registers the Nodes as kubelets run with --cloud-provider=external
 // do, and runs a kube-proxy stand-in on each node's address, in-process.
-func startNodes(n int) func(context.Context, *stack, *environment) error {
+func startNodes(n, wantZones int) func(context.Context, *stack, *environment) error {
 	return func(ctx context.Context, s *stack, env *environment) error {
 		regions, err := env.cloudClient.Regions(ctx)
-		if err != nil || len(regions) == 0 || len(regions[0].Zones) == 0 {
-			return fmt.Errorf("the local cloud lists no zones (%v)", err)
+		if err != nil || len(regions) == 0 {
+			return fmt.Errorf("the local cloud lists no regions (%v)", err)
 		}
-		zones := regions[0].Zones[:min(zonesUsed, len(regions[0].Zones))]
+		zones, err := chooseZones(regions[0].Name, regions[0].Zones, wantZones, n)
+		if err != nil {
+			return err
+		}
 		s.p.step("nodes", "%d machines in the local cloud across %s", n, strings.Join(zones, ", "))
 		reused, removed, err := ensureInstances(ctx, env, n, zones)
 		if err != nil {
@@ -117,6 +118,19 @@ func ensureInstances(ctx context.Context, env *environment, n int, zones []strin
 	workqueue.ParallelizeUntil(ctx, concurrency, n, func(i int) {
 		name, zone := nodeName(i), zones[i%len(zones)]
 		inst, ok := byName[name]
+		if ok && inst.Zone != zone && inst.Labels[LabelSimulated] == "true" {
+			// An earlier run spread the nodes over other zones (--zones):
+			// a machine cannot move, so it and its Node are made anew.
+			if err := env.cloudClient.DeleteInstance(ctx, inst.ID); err != nil {
+				errs[i] = fmt.Errorf("delete machine %s (zone %s, now in %s): %w", name, inst.Zone, zone, err)
+				return
+			}
+			if err := nodesim.New(env.client, 1).Delete(ctx, []string{name}); err != nil {
+				errs[i] = fmt.Errorf("delete node %s (zone %s, now in %s): %w", name, inst.Zone, zone, err)
+				return
+			}
+			ok = false
+		}
 		if ok {
 			mu.Lock()
 			reused++

@@ -220,13 +220,16 @@ func realNodesUnavailable() string {
 // gateway, a bootstrap token, kube-proxy's credential, the registry
 // mirror) boots containerd, kubelet and kube-proxy in it; the kubelets
 // TLS-bootstrap and register their Nodes, which the CCM then initializes.
-func startRealNodes(n int) func(context.Context, *stack, *environment) error {
+func startRealNodes(n, wantZones int) func(context.Context, *stack, *environment) error {
 	return func(ctx context.Context, s *stack, env *environment) error {
 		regions, err := env.cloudClient.Regions(ctx)
-		if err != nil || len(regions) == 0 || len(regions[0].Zones) == 0 {
-			return fmt.Errorf("the local cloud lists no zones (%v)", err)
+		if err != nil || len(regions) == 0 {
+			return fmt.Errorf("the local cloud lists no regions (%v)", err)
 		}
-		zones := regions[0].Zones[:min(zonesUsed, len(regions[0].Zones))]
+		zones, err := chooseZones(regions[0].Name, regions[0].Zones, wantZones, n)
+		if err != nil {
+			return err
+		}
 		binDir, err := tools.BinDir()
 		if err != nil {
 			return err

@@ -33,6 +33,12 @@ type Run struct {
 	Provider string   `json:"provider"`
 	Focus    []string `json:"focus"`
 	Skip     []Skip   `json:"skip"`
+	// Nodes and Zones are the environment the runner brings up for this
+	// run (`up --nodes --zones`; 0: the runner's defaults, 3 nodes in 2
+	// zones), where its specs need more: the Traffic Distribution specs
+	// skip themselves without 3 zones of 2 schedulable nodes each.
+	Nodes int `json:"nodes,omitempty"`
+	Zones int `json:"zones,omitempty"`
 }
 
 // Image is an image the runs' specs pull and where it comes from.
@@ -77,6 +83,9 @@ func (f File) check() error {
 		}
 		if r.Provider == "" {
 			return fmt.Errorf("run %s: no provider", r.Name)
+		}
+		if r.Nodes < 0 || r.Zones < 0 || (r.Nodes > 0 && r.Zones > r.Nodes) {
+			return fmt.Errorf("run %s: nodes %d, zones %d: want zones 0 to nodes (a zone without nodes serves nothing), 0 for the defaults", r.Name, r.Nodes, r.Zones)
 		}
 		for _, p := range r.Focus {
 			if _, err := regexp.Compile(p); err != nil {

@@ -55,6 +55,10 @@ func TestLoadChecks(t *testing.T) {
 		{"a repeated name", "runs:\n- {name: a, provider: local, focus: [x]}\n- {name: a, provider: local, focus: [x]}\n", "repeated"},
 		{"a bad regexp", "runs:\n- {name: a, provider: local, focus: ['(']}\n", "focus"},
 		{"an image of an unknown run", "runs:\n- {name: a, provider: local, focus: [x]}\nimages:\n- {image: i, runs: [b]}\n", "unknown run"},
+		{"nodes and zones", "runs:\n- {name: a, provider: local, focus: [x], nodes: 6, zones: 3}\n", ""},
+		{"zones alone (the runner's nodes)", "runs:\n- {name: a, provider: local, focus: [x], zones: 1}\n", ""},
+		{"more zones than nodes", "runs:\n- {name: a, provider: local, focus: [x], nodes: 2, zones: 3}\n", "want zones 0 to nodes"},
+		{"negative nodes", "runs:\n- {name: a, provider: local, focus: [x], nodes: -1}\n", "want zones 0 to nodes"},
 		{"an unknown field", "runs:\n- {name: a, provider: local, focus: [x], skips: []}\n", "unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,7 +43,8 @@ func run() error {
 		runsFile    = flag.String("runs", filepath.Join(root, "test", "upstreame2e", "runs.yaml"), "the runs file (focus, skips with reasons, images)")
 		kubeconfig  = flag.String("kubeconfig", "", "run against this cluster; empty: bring up `portside up --node-mode=real` and tear it down after")
 		portside    = flag.String("portside", filepath.Join(root, "_output", "bin", "portside"), "the portside binary (make build)")
-		nodes       = flag.Int("nodes", 3, "real nodes of the environment brought up")
+		nodes       = flag.Int("nodes", 3, "real nodes of the environment brought up (default: the run's nodes in the runs file, else 3)")
+		zones       = flag.Int("zones", 0, "up's --zones: zones the nodes are spread over (default: the run's zones in the runs file, else up's default)")
 		ccmBinary   = flag.String("ccm-binary", "", "up's --ccm-binary: run this CCM instead of portside's (e.g. test/upstreamccm, for the comparison)")
 		ginkgoNodes = flag.Int("ginkgo-nodes", 2, "ginkgo --nodes: parallel suite processes (the machine has 2 cores)")
 		timeout     = flag.Duration("timeout", 2*time.Hour, "ginkgo --timeout for the whole suite")
@@ -61,6 +63,14 @@ func run() error {
 	r, err := f.Find(*runName)
 	if err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["nodes"] && r.Nodes > 0 {
+		*nodes = r.Nodes
+	}
+	if !set["zones"] && r.Zones > 0 {
+		*zones = r.Zones
 	}
 	bin, err := tools.BinDir()
 	if err != nil {
@@ -96,6 +106,9 @@ func run() error {
 			return err
 		}
 		var extra []string
+		if *zones > 0 {
+			extra = append(extra, fmt.Sprintf("--zones=%d", *zones))
+		}
 		if *ccmBinary != "" {
 			extra = append(extra, "--ccm-binary", *ccmBinary)
 		}
@@ -118,7 +131,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("portside up ready after %v (%d real nodes); KUBECONFIG=%s\n", time.Since(began).Round(time.Second), *nodes, up.Kubeconfig())
+		fmt.Printf("portside up ready after %v (%d real nodes, zones %s); KUBECONFIG=%s\n", time.Since(began).Round(time.Second), *nodes, zonesText(*zones), up.Kubeconfig())
 		kcfg = up.Kubeconfig()
 	}
 	results, images, err := upstreame2e.RunSuite(ctx, upstreame2e.SuiteOptions{
@@ -155,4 +168,11 @@ func run() error {
 		return fmt.Errorf("%d of %d specs failed", c.Failed, len(results))
 	}
 	return runErr
+}
+
+func zonesText(n int) string {
+	if n == 0 {
+		return "up's default"
+	}
+	return strconv.Itoa(n)
 }
