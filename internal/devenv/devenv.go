@@ -54,6 +54,10 @@ type Options struct {
 	// running containerd, kubelet and kube-proxy; root only) or
 	// NodeModeAuto (the CLI's default: real where the machine allows it).
 	NodeMode string
+	// Install is how the CCM runs: InstallHost ("" too) as `up`'s child
+	// processes, InstallChart as the Helm chart's pods on the real nodes
+	// (the image pushed to the cloud's registry first).
+	Install string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -96,6 +100,9 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}
 	mode, note, err := chooseNodeMode(opts.NodeMode, opts.Nodes, unavailable)
 	if err != nil {
+		return err
+	}
+	if err := checkInstall(opts.Install, mode, opts.CCMBinary); err != nil {
 		return err
 	}
 	if note != "" {
@@ -173,6 +180,10 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		}
 		nodes = startRealNodes(opts.Nodes, opts.Zones)
 	}
+	ccm := startCCM
+	if opts.Install == InstallChart {
+		ccm = installChart
+	}
 	type step struct {
 		part string
 		fn   func(context.Context, *stack, *environment) error
@@ -184,7 +195,7 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		{"kube-controller-manager", startKCM},
 		{"kube-scheduler", startScheduler},
 		{"nodes", nodes},
-		{"ccm", startCCM},
+		{"ccm", ccm},
 		{"nodes", waitNodesInitialized},
 	}
 	if opts.NetworkProxy {
@@ -196,9 +207,13 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		_ = os.Remove(l.netproxyStateFile()) // an earlier run's
 	}
 	if env.realNodes {
-		// Pods need initialized nodes (taint removed, routes) to run;
-		// CoreDNS, the first of them, reads the API by the Service.
-		steps = append(steps, step{"control plane", publishAPIServerEndpoint}, step{"cluster DNS", startClusterDNS})
+		// Pods reach kube-apiserver by the kubernetes Service from the
+		// first: the chart's CCM pods (--install=chart) before any node is
+		// initialized. Other pods need initialized nodes (taint removed,
+		// routes); CoreDNS, the first of them, reads the API by the Service.
+		ccm := slices.IndexFunc(steps, func(st step) bool { return st.part == "ccm" })
+		steps = slices.Insert(steps, ccm, step{"control plane", publishAPIServerEndpoint})
+		steps = append(steps, step{"cluster DNS", startClusterDNS})
 	}
 	for _, st := range steps {
 		if err := st.fn(ctx, s, env); err != nil {

@@ -56,3 +56,21 @@ func chooseZones(region string, zones []string, want, nodes int) ([]string, erro
 	}
 	return zones[:want], nil
 }
+
+// checkInstall says what is wrong with --install for the node mode chosen
+// and --ccm-binary.
+func checkInstall(install, mode, ccmBinary string) error {
+	switch install {
+	case "", InstallHost:
+		return nil
+	case InstallChart:
+		if mode != NodeModeReal {
+			return fmt.Errorf("--install=%s runs the CCM as pods of the chart, which only real nodes can run: use --node-mode=real (or auto on a machine that allows real nodes), or --install=%s", InstallChart, InstallHost)
+		}
+		if ccmBinary != "" {
+			return fmt.Errorf("--install=%s installs Portside's CCM from its image; --ccm-binary runs another CCM on the host: give one of them", InstallChart)
+		}
+		return nil
+	}
+	return fmt.Errorf("--install %q: want %s (the CCM as processes of up) or %s (the Helm chart's pods on the nodes)", install, InstallHost, InstallChart)
+}

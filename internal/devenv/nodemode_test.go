@@ -61,3 +61,22 @@ func TestChooseZones(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckInstall(t *testing.T) {
+	for _, tc := range []struct {
+		name, install, mode, ccm string
+		err                      string
+	}{
+		{"default", "", NodeModeSimulated, "", ""},
+		{"host", InstallHost, NodeModeReal, "/bin/ccm", ""},
+		{"chart on real nodes", InstallChart, NodeModeReal, "", ""},
+		{"chart on simulated nodes", InstallChart, NodeModeSimulated, "", "only real nodes can run"},
+		{"chart with another CCM", InstallChart, NodeModeReal, "/bin/ccm", "give one of them"},
+		{"unknown", "kustomize", NodeModeReal, "", `--install "kustomize": want host`},
+	} {
+		err := checkInstall(tc.install, tc.mode, tc.ccm)
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: checkInstall = %v, want an error with %q", tc.name, err, tc.err)
+		}
+	}
+}

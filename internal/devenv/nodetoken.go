@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/portside-io/portside/internal/localcloud/server"
 )
@@ -13,6 +14,15 @@ import (
 // whoever reads a node's files) cannot delete load balancers, mint push
 // credentials or set faults with it, as it could with the admin token.
 const nodePullTokenFile = "node-pull-token"
+
+// clusterCCMTokenFile holds the token of a CCM that runs in the cluster
+// (`up --install=chart`): its cloud config is a Secret any cluster admin
+// can read, so it gets what a CCM does and no more (load balancers,
+// routes, reading instances and volumes), not the admin token.
+const clusterCCMTokenFile = "cluster-ccm-token"
+
+// clusterCCMScopes are that token's scopes.
+var clusterCCMScopes = []string{server.ScopeRead, server.ScopeLoadBalancers, server.ScopeRoutes}
 
 // writeNodeToken makes sure the cloud directory holds the nodes' pull-only
 // token (kept across runs, 0600) and a scoped-token file granting it only
@@ -24,9 +34,15 @@ func writeNodeToken(cloudDir string) (tokenFile, scopedFile string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("the nodes' pull-only token: %w", err)
 	}
+	ccmTok, err := server.EnsureToken(filepath.Join(cloudDir, clusterCCMTokenFile))
+	if err != nil {
+		return "", "", fmt.Errorf("the in-cluster CCM's token: %w", err)
+	}
 	scopedFile = filepath.Join(cloudDir, server.ScopedTokenFile)
-	content := "# Written by `portside up` on every run: the nodes' credential plugin token (" + nodePullTokenFile + ").\n" +
-		tok + " " + server.ScopeRegistryPullCredentials + "\n"
+	content := "# Written by `portside up` on every run: the nodes' credential plugin token (" + nodePullTokenFile + ")\n" +
+		"# and the in-cluster CCM's (" + clusterCCMTokenFile + ", `up --install=chart`).\n" +
+		tok + " " + server.ScopeRegistryPullCredentials + "\n" +
+		ccmTok + " " + strings.Join(clusterCCMScopes, ",") + "\n"
 	// Through a new 0600 file and a rename: writing over an existing file
 	// would keep its mode, which the cloud refuses if others may read it.
 	tmp, err := os.CreateTemp(cloudDir, server.ScopedTokenFile+".*")

@@ -45,8 +45,12 @@ func TestNodeTokenIsPullOnly(t *testing.T) {
 	}
 	data, _ := os.ReadFile(scoped)
 	parsed, err := server.ParseScopedTokens(scoped, string(data))
-	if err != nil || len(parsed) != 1 || parsed[0].Token != tok || strings.Join(parsed[0].Scopes, ",") != server.ScopeRegistryPullCredentials {
-		t.Fatalf("scoped-token file %q: %+v %v, want the node token with %s only", data, parsed, err, server.ScopeRegistryPullCredentials)
+	if err != nil || len(parsed) != 2 || parsed[0].Token != tok || strings.Join(parsed[0].Scopes, ",") != server.ScopeRegistryPullCredentials {
+		t.Fatalf("scoped-token file %q: %+v %v, want the node token with %s only, then the CCM's", data, parsed, err, server.ScopeRegistryPullCredentials)
+	}
+	if ccmTok, _ := client.ReadTokenFile(filepath.Join(dir, clusterCCMTokenFile)); parsed[1].Token != ccmTok || ccmTok == tok ||
+		strings.Join(parsed[1].Scopes, ",") != "read,load-balancers,routes" {
+		t.Fatalf("the in-cluster CCM's line %+v: want its own token (%s) with read, load-balancers and routes", parsed[1], clusterCCMTokenFile)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,6 +96,30 @@ func TestNodeTokenIsPullOnly(t *testing.T) {
 		var se *client.StatusError
 		if err := call(); !errors.As(err, &se) || se.Status != http.StatusForbidden || !strings.Contains(se.Message, "lacks scope") {
 			t.Errorf("%s with the node token: %v, want 403 naming the missing scope", name, err)
+		}
+	}
+	ccmTok, _ := client.ReadTokenFile(filepath.Join(dir, clusterCCMTokenFile))
+	ccm := client.New(e, ccmTok)
+	if _, err := ccm.ListInstances(ctx, ""); err != nil {
+		t.Errorf("the in-cluster CCM's token cannot list instances: %v", err)
+	}
+	if err := ccm.DeleteLoadBalancer(ctx, "lb-1"); err != nil && !strings.Contains(err.Error(), "404") && !strings.Contains(err.Error(), "not found") {
+		t.Errorf("the in-cluster CCM's token cannot delete a load balancer: %v", err)
+	}
+	for name, call := range map[string]func() error{
+		"create an instance": func() error {
+			_, err := ccm.CreateInstance(ctx, api.CreateInstanceRequest{Name: "x", Zone: "zone-a"})
+			return err
+		},
+		"pull credentials": func() error {
+			_, err := ccm.Credential(ctx, api.CredentialRequest{Image: "registry.example.com/app:1"})
+			return err
+		},
+		"set faults": func() error { return ccm.SetFaults(ctx, api.Faults{}) },
+	} {
+		var se *client.StatusError
+		if err := call(); !errors.As(err, &se) || se.Status != http.StatusForbidden || !strings.Contains(se.Message, "lacks scope") {
+			t.Errorf("%s with the in-cluster CCM's token: %v, want 403 naming the missing scope", name, err)
 		}
 	}
 }

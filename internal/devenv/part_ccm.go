@@ -86,8 +86,7 @@ var servingLine = regexp.MustCompile(`"Serving health and metrics" address="(htt
 // `portside ccm` children with all their controllers, each supervised, and
 // waits for each one's /readyz (a standby is ready too).
 func startCCM(ctx context.Context, s *stack, env *environment) error {
-	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), "token"))
-	if err := os.WriteFile(env.cloudConfig(), []byte(cfg), 0o600); err != nil {
+	if err := writeHostCloudConfig(env); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
@@ -284,4 +283,13 @@ func findServingAddr(path string, offset int64) string {
 		return string(m[1])
 	}
 	return ""
+}
+
+// writeHostCloudConfig writes the local provider's cloud config for
+// programs on this host (the host-process CCM; `portside conformance` and
+// `migrate check` with --install=chart too): the cloud's loopback API and
+// the admin token.
+func writeHostCloudConfig(env *environment) error {
+	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), "token"))
+	return os.WriteFile(env.cloudConfig(), []byte(cfg), 0o600)
 }

@@ -31,6 +31,9 @@ type environment struct {
 	webhookURL string
 	// ccmBinary replaces `portside ccm` (Options.CCMBinary).
 	ccmBinary string
+	// chart is the release installed with --install=chart (nil: the CCM
+	// runs on the host).
+	chart *chartInstall
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.
@@ -86,6 +89,12 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		// Pods reach it by the kubernetes Service's ClusterIP
 		// (publishAPIServerEndpoint), which their clients verify too.
 		opts.RealNodes, opts.ExtraServingHosts = true, []string{env.realNet.gateway().String(), env.kubernetesServiceIP()}
+		// Webhooks and aggregated APIs behind a Service (the chart's
+		// persistent-volume-label webhook) are dialed at an endpoint, a
+		// pod's or node's address the network proxy's agents reach, not
+		// at the ClusterIP, which only kube-proxy on a node serves (the
+		// host routes no Service range: it is unreachable there).
+		opts.ExtraAPIServerArgs = append(opts.ExtraAPIServerArgs, "--enable-aggregator-routing=true")
 	}
 	if env.networkProxy {
 		opts.EgressSelections = env.egressSelections()

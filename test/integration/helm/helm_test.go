@@ -267,7 +267,8 @@ func TestDefaults(t *testing.T) {
 	}
 	for _, absent := range []string{"MutatingWebhookConfiguration/portside-persistent-volume-label", "Service/portside-ccm-webhook",
 		"ConfigMap/portside-ccm-leader-migration", "DaemonSet/portside-proxy-agent", "DaemonSet/portside-proxy-server",
-		"Role/portside:cloud-controller-manager:service-account-credentials"} {
+		"Role/portside:cloud-controller-manager:service-account-credentials",
+		"ClusterRole/portside:cloud-controller-manager:node-serving-csr-approver"} {
 		if slices.Contains(kinds(objs), absent) {
 			t.Errorf("%s rendered by default", absent)
 		}
@@ -319,6 +320,7 @@ func TestRBACHasOneSourceOfTruth(t *testing.T) {
 	for chartFile, deployFile := range map[string]string{
 		"rbac.yaml":                             "deploy/ccm/rbac.yaml",
 		"rbac-service-account-credentials.yaml": "deploy/ccm/rbac-service-account-credentials.yaml",
+		"rbac-node-serving-csr-approver.yaml":   "deploy/ccm/rbac-node-serving-csr-approver.yaml",
 		"network-proxy-rbac.yaml":               "deploy/network-proxy/rbac.yaml",
 	} {
 		want, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(deployFile)))
@@ -501,6 +503,17 @@ func TestSingleReplicaWithoutLeaderElection(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "replicaCount 3 needs leaderElection.enabled") {
 		t.Errorf("3 replicas without leader election: err = %v", err)
 	}
+}
+
+// TestNodeServingCSRApprover: the controller added to --controllers, and
+// deploy/ccm's RBAC for it rendered.
+func TestNodeServingCSRApprover(t *testing.T) {
+	stream := mustRender(t, map[string]any{"nodeServingCSRApprover": map[string]any{"enabled": true}, "controllers": []any{"*", "-route"}})
+	objs := objects(t, stream)
+	_, c := ccmDeployment(t, objs)
+	checkArgs(t, c, []string{"--controllers=*,-route,node-serving-csr-approver"}, nil)
+	checkRBAC(t, objs, "deploy/ccm/rbac-node-serving-csr-approver.yaml")
+	dryRunApply(t, stream)
 }
 
 // TestNetworkProxy: proxy-server and proxy-agent as deploy/network-proxy's,
