@@ -80,3 +80,14 @@ func TestCheckInstall(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckStatic(t *testing.T) {
+	// /bin/sh is dynamically linked on every Debian; this test binary is
+	// static only when built with CGO_ENABLED=0, so only sh is asserted.
+	if err := checkStatic("/bin/sh"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("checkStatic(/bin/sh) = %v, want dynamically linked", err)
+	}
+	if err := checkStatic("/nonexistent"); err == nil {
+		t.Errorf("checkStatic of a missing file: no error")
+	}
+}

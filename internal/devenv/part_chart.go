@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -110,6 +111,9 @@ func pushOwnImage(ctx context.Context, env *environment, ver string) (string, er
 	if err != nil {
 		return "", err
 	}
+	if err := checkStatic(exe); err != nil {
+		return "", err
+	}
 	idx, err := image.Build(ctx, image.Options{Version: ver, Commit: version.Commit, BuildDate: buildDate(),
 		Binaries: map[image.Platform]string{image.LinuxAMD64: exe}})
 	if err != nil {
@@ -128,6 +132,22 @@ func pushOwnImage(ctx context.Context, env *environment, ver string) (string, er
 		return "", err
 	}
 	return ref.String(), nil
+}
+
+// checkStatic refuses a dynamically linked binary: the image has no libc
+// or loader, so its pods would fail with "no such file or directory".
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked, and Portside's image has no libc: build it static (`make build`, or CGO_ENABLED=0 go build ./cmd/portside) for --install=%s", path, InstallChart)
+		}
+	}
+	return nil
 }
 
 func buildDate() time.Time {

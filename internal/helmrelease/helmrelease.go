@@ -83,12 +83,13 @@ func (c *Client) Install(ctx context.Context, name string, ch *chart.Chart, valu
 	return rel, nil
 }
 
-// Upgrade is `helm upgrade name chart --values ... --wait` (values are the
-// release's whole values, not merged with the last ones).
-func (c *Client) Upgrade(ctx context.Context, name string, ch *chart.Chart, values map[string]any, timeout time.Duration) (*release.Release, error) {
+// Upgrade is `helm upgrade name chart --values ... --wait`; with
+// reuseValues (`--reuse-values`) values are merged over the last
+// release's, else they are the release's whole values.
+func (c *Client) Upgrade(ctx context.Context, name string, ch *chart.Chart, values map[string]any, reuseValues bool, timeout time.Duration) (*release.Release, error) {
 	up := action.NewUpgrade(c.cfg)
 	up.Namespace = c.namespace
-	up.Wait, up.Timeout = true, timeout
+	up.Wait, up.Timeout, up.ReuseValues = true, timeout, reuseValues
 	rel, err := up.RunWithContext(ctx, name, ch, values)
 	if err != nil {
 		return rel, fmt.Errorf("helm upgrade %s: %w", name, err)

@@ -40,8 +40,11 @@ func Portside(t testing.TB) string {
 			return
 		}
 		bin = filepath.Join(dir, "portside")
+		// Static, as `make build` builds it: the image `up --install=chart`
+		// makes of it has no libc (and the build cache is make build's).
 		cmd := exec.Command("go", "build", "-o", bin, "./cmd/portside")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, berr := cmd.CombinedOutput(); berr != nil {
 			err = fmt.Errorf("go build ./cmd/portside: %v\n%s", berr, out)
 		}

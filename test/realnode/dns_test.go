@@ -146,7 +146,7 @@ func inClusterClientWorks(t *testing.T, client kubernetes.Interface, ns string) 
 // upRealNodes runs `portside up --node-mode=real` with n nodes until it is
 // ready (down at cleanup) and returns its data directory, its output and a
 // client of its cluster.
-func upRealNodes(t *testing.T, n int) (string, string, *kubernetes.Clientset) {
+func upRealNodes(t *testing.T, n int, extra ...string) (string, string, *kubernetes.Clientset) {
 	t.Helper()
 	vpctest.RequireRoot(t)
 	needBinaries(t)
@@ -161,7 +161,7 @@ func upRealNodes(t *testing.T, n int) (string, string, *kubernetes.Clientset) {
 			t.Errorf("portside down: %v\n%s", err, out)
 		}
 	})
-	out := runUp(t, bin, root, "--node-mode=real", fmt.Sprintf("--nodes=%d", n), "--data-dir", data)
+	out := runUp(t, bin, root, append([]string{"--node-mode=real", fmt.Sprintf("--nodes=%d", n), "--data-dir", data}, extra...)...)
 	kc := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
 	if kc == nil {
 		t.Fatalf("up printed no kubeconfig:\n%s", out)

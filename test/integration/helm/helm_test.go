@@ -256,6 +256,14 @@ func TestDefaults(t *testing.T) {
 	if got := *d.Spec.Replicas; got != 2 {
 		t.Errorf("replicas = %d, want 2", got)
 	}
+	// hostNetwork: a surge pod would find its ports taken on every node
+	// that runs a CCM, and the roll would never end.
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxSurge.String() != "0" || ru.MaxUnavailable.String() != "1" {
+		t.Errorf("strategy = %+v, want RollingUpdate maxSurge 0, maxUnavailable 1", d.Spec.Strategy)
+	}
+	if !slices.Contains(kinds(objs), "PodDisruptionBudget/portside-cloud-controller-manager") {
+		t.Errorf("no PodDisruptionBudget with 2 replicas: %v", kinds(objs))
+	}
 	if want := "ghcr.io/portside-io/portside:" + chartAppVersion(t); c.Image != want {
 		t.Errorf("image = %q, want %q", c.Image, want)
 	}
@@ -484,6 +492,9 @@ func TestSingleReplicaWithoutLeaderElection(t *testing.T) {
 	d, c := ccmDeployment(t, objs)
 	if *d.Spec.Replicas != 1 {
 		t.Errorf("replicas = %d", *d.Spec.Replicas)
+	}
+	if slices.Contains(kinds(objs), "PodDisruptionBudget/portside-cloud-controller-manager") {
+		t.Errorf("a PodDisruptionBudget for one replica would block every drain")
 	}
 	if c.Image != "ghcr.io/portside-io/portside:v9.9.9" {
 		t.Errorf("image = %q", c.Image)
