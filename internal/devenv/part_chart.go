@@ -241,7 +241,7 @@ func chartValues(env *environment, ref string) (map[string]any, error) {
 		"cloudProvider": "local",
 		// The real kubelets ask for serving certificates by CSR.
 		"nodeServingCSRApprover": map[string]any{"enabled": true},
-		"cloudConfig":   map[string]any{"existingSecret": chartCloudConfigSecret, "key": "cloud.yaml"},
+		"cloudConfig":            map[string]any{"existingSecret": chartCloudConfigSecret, "key": "cloud.yaml"},
 		"leaderElection": map[string]any{
 			"enabled": replicas > 1,
 		},
