@@ -65,6 +65,10 @@ E2E_FLAGS ?=
 e2e-upstream: tools build node-packages e2e-tools ## Run Kubernetes' e2e suite (RUN=loadbalancer|cloud-provider-kind|traffic-distribution|subset) against portside up with real nodes: JUnit and summary in _output/e2e-upstream
 	$(GO) run ./test/upstreame2e/cmd/e2e-upstream --run '$(RUN)' --portside $(CURDIR)/$(BIN) $(E2E_FLAGS)
 
+.PHONY: helm
+helm: ## Build the helm CLI at the version go.mod pins into _output/tools/helm-<version>/helm (docs/install.md uses it)
+	@hack/build-helm.sh
+
 .PHONY: browser
 browser: ## Install Debian's chromium for the web console's browser tests (skipped, saying so, if it cannot)
 	@hack/ensure-chromium.sh
