@@ -30,7 +30,7 @@ func newUpCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", defaultDataDir, "directory for the environment's state, kept between runs")
 	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, fmt.Sprintf("number of nodes, spread over --zones zones (at most %d real, %d simulated)", devenv.MaxRealNodes, devenv.MaxNodes))
-	cmd.Flags().StringVar(&opts.Install, "install", devenv.InstallHost, "how the CCM runs: host (processes of up) or chart (up pushes Portside's image to the local cloud's registry and installs the Helm chart deploy/helm/portside with Helm's library: the CCM's pods on the real nodes; needs real nodes)")
+	cmd.Flags().StringVar(&opts.Install, "install", devenv.InstallHost, "how the CCM runs: host (processes of up); chart (up pushes Portside's image to the local cloud's registry and installs the Helm chart deploy/helm/portside with Helm's library: the CCM's pods on the real nodes); manifests (the same image, deploy/ccm's manifests applied with kubectl). chart and manifests need real nodes")
 	cmd.Flags().IntVar(&opts.Zones, "zones", 0, fmt.Sprintf("how many of the local cloud's zones (zone-a, zone-b, zone-c) the nodes are spread over, round-robin; 0: %d (1 with one node). Topology-aware routing specs need 3 zones of 2 nodes each: --zones 3 --nodes 6", devenv.DefaultZones))
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "stop after the request through the LoadBalancer VIP (for scripts and tests)")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "remove the data directory when stopping (only one portside up created: it has a .portside-up marker)")

@@ -56,7 +56,8 @@ type Options struct {
 	NodeMode string
 	// Install is how the CCM runs: InstallHost ("" too) as `up`'s child
 	// processes, InstallChart as the Helm chart's pods on the real nodes
-	// (the image pushed to the cloud's registry first).
+	// (the image pushed to the cloud's registry first), InstallManifests
+	// as deploy/ccm's pods, applied with kubectl.
 	Install string
 	// Out receives progress lines.
 	Out io.Writer
@@ -181,8 +182,11 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		nodes = startRealNodes(opts.Nodes, opts.Zones)
 	}
 	ccm := startCCM
-	if opts.Install == InstallChart {
+	switch opts.Install {
+	case InstallChart:
 		ccm = installChart
+	case InstallManifests:
+		ccm = installManifests
 	}
 	type step struct {
 		part string

@@ -72,6 +72,8 @@ func TestCheckInstall(t *testing.T) {
 		{"chart on real nodes", InstallChart, NodeModeReal, "", ""},
 		{"chart on simulated nodes", InstallChart, NodeModeSimulated, "", "only real nodes can run"},
 		{"chart with another CCM", InstallChart, NodeModeReal, "/bin/ccm", "give one of them"},
+		{"manifests on real nodes", InstallManifests, NodeModeReal, "", ""},
+		{"manifests on simulated nodes", InstallManifests, NodeModeSimulated, "", "--install=manifests runs the CCM as pods"},
 		{"unknown", "kustomize", NodeModeReal, "", `--install "kustomize": want host`},
 	} {
 		err := checkInstall(tc.install, tc.mode, tc.ccm)

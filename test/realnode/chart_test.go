@@ -395,3 +395,33 @@ func (w *leaderWatch) stop() []time.Duration {
 	close(w.stopc)
 	return <-w.done
 }
+
+// TestUpInstallManifests: `up --install=manifests` applies deploy/ccm's
+// manifests with kubectl (the image, replicas, flags and the webhook's CA
+// bundle edited as an operator would); the CCM's pods, from the cloud's
+// registry, initialize the nodes and serve the demo, its load balancer
+// and its volume's labels (up is ready only after all of them).
+func TestUpInstallManifests(t *testing.T) {
+	data, out, kube := upRealNodes(t, 2, "--install=manifests")
+	for _, want := range []string{"kubectl apply -f " + filepath.Join(data, "manifests", "ccm"), "2 CCM pods ready on the nodes",
+		"2/2 initialized by the ccm", "from the ccm's persistent-volume-label webhook"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up did not say %q:\n%s", want, out)
+		}
+	}
+	m := regexp.MustCompile(`registry\s+serving (\S+) with`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no registry line in up's output:\n%s", out)
+	}
+	if img := ccmPodImages(t, kube, 2); !strings.HasPrefix(img, m[1]+"/"+image.DefaultRepository+":") {
+		t.Errorf("the CCM pods run %s, not an image of the cloud's registry %s", img, m[1])
+	}
+	// No Helm release: the plain manifests' objects only.
+	secrets, err := kube.CoreV1().Secrets(devenv.ChartNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm"})
+	if err != nil || len(secrets.Items) != 0 {
+		t.Errorf("Helm release Secrets with --install=manifests: %v %v", len(secrets.Items), err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "logs", "ccm.log")); err == nil {
+		t.Errorf("a host-process CCM ran (logs/ccm.log exists) with --install=manifests")
+	}
+}
