@@ -264,6 +264,10 @@ func TestDefaults(t *testing.T) {
 	if !slices.Contains(kinds(objs), "PodDisruptionBudget/portside-cloud-controller-manager") {
 		t.Errorf("no PodDisruptionBudget with 2 replicas: %v", kinds(objs))
 	}
+	if tsc := d.Spec.Template.Spec.TopologySpreadConstraints; len(tsc) != 1 || tsc[0].TopologyKey != "topology.kubernetes.io/zone" ||
+		tsc[0].WhenUnsatisfiable != corev1.ScheduleAnyway {
+		t.Errorf("topologySpreadConstraints = %+v, want over zones, ScheduleAnyway", tsc)
+	}
 	if want := "ghcr.io/portside-io/portside:" + chartAppVersion(t); c.Image != want {
 		t.Errorf("image = %q, want %q", c.Image, want)
 	}
@@ -513,6 +517,49 @@ func TestSingleReplicaWithoutLeaderElection(t *testing.T) {
 	_, err := render(t, map[string]any{"replicaCount": 3, "leaderElection": map[string]any{"enabled": false}})
 	if err == nil || !strings.Contains(err.Error(), "replicaCount 3 needs leaderElection.enabled") {
 		t.Errorf("3 replicas without leader election: err = %v", err)
+	}
+}
+
+// TestServiceMonitor: the metrics Service and the ServiceMonitor, with the
+// extra labels, only when asked (the CRD is the operator's; kube-apiserver
+// here has none, so only the Service is dry-run).
+func TestServiceMonitor(t *testing.T) {
+	if slices.Contains(kinds(objects(t, mustRender(t, nil))), "ServiceMonitor/portside-ccm") {
+		t.Errorf("a ServiceMonitor by default")
+	}
+	stream := mustRender(t, map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true, "interval": "15s",
+		"labels": map[string]any{"release": "prometheus"}}}})
+	objs := objects(t, stream)
+	for _, want := range []string{"Service/portside-ccm-metrics", "ServiceMonitor/portside-ccm"} {
+		if !slices.Contains(kinds(objs), want) {
+			t.Errorf("%s not rendered: %v", want, kinds(objs))
+		}
+	}
+	var sm struct {
+		Metadata struct{ Labels map[string]string } `json:"metadata"`
+		Spec     struct {
+			Endpoints []struct {
+				Port, Scheme, Interval, BearerTokenFile string
+			} `json:"endpoints"`
+		} `json:"spec"`
+	}
+	for _, o := range objs {
+		if o.Kind == "ServiceMonitor" {
+			if err := yaml.Unmarshal(o.raw, &sm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if sm.Metadata.Labels["release"] != "prometheus" || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Scheme != "https" ||
+		sm.Spec.Endpoints[0].Interval != "15s" || sm.Spec.Endpoints[0].BearerTokenFile == "" {
+		t.Errorf("ServiceMonitor: %+v", sm)
+	}
+	var svc corev1.Service
+	if !get(t, objs, "Service", "portside-ccm-metrics", &svc) || svc.Spec.Ports[0].Port != 10258 {
+		t.Errorf("metrics Service: %+v", svc.Spec)
+	}
+	if _, err := render(t, map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"interval": "often"}}}); err == nil {
+		t.Errorf("interval \"often\" accepted")
 	}
 }
 
