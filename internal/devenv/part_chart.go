@@ -49,28 +49,30 @@ const (
 	chartTimeout = 4 * time.Minute
 )
 
-// chartInstall is what `up` installed: enough for a later upgrade.
-type chartInstall struct {
-	Image    string `json:"image"`
-	Revision int    `json:"revision"`
+// prepareInClusterCCM does what both in-cluster installs need first: the
+// host tools' cloud config, the image pushed, the Secrets and ConfigMap
+// the CCM's pods mount, and no webhook configuration of an earlier run's
+// host-process CCM (it points at a loopback port; the install brings its
+// own). It returns the image's reference.
+func prepareInClusterCCM(ctx context.Context, s *stack, env *environment) (string, error) {
+	if err := writeHostCloudConfig(env); err != nil {
+		return "", err
+	}
+	ref, err := pushOwnImage(ctx, env, version.Version)
+	if err != nil {
+		return "", err
+	}
+	s.p.step("ccm", "pushed Portside's image %s to the local cloud's registry (a push credential it issued); the kubelets pull it through %s", ref, credentialPluginName)
+	if err := chartPrerequisites(ctx, env); err != nil {
+		return "", err
+	}
+	return ref, unregisterWebhook(ctx, env)
 }
 
 // installChart replaces startCCM with --install=chart.
 func installChart(ctx context.Context, s *stack, env *environment) error {
-	if err := writeHostCloudConfig(env); err != nil {
-		return err
-	}
-	ref, err := pushOwnImage(ctx, env, version.Version)
+	ref, err := prepareInClusterCCM(ctx, s, env)
 	if err != nil {
-		return err
-	}
-	s.p.step("ccm", "pushed Portside's image %s to the local cloud's registry (a push credential it issued); the kubelets pull it through %s", ref, credentialPluginName)
-	if err := chartPrerequisites(ctx, env); err != nil {
-		return err
-	}
-	// The host-process CCM's webhook configuration of an earlier run
-	// points at a loopback port: the chart brings its own.
-	if err := unregisterWebhook(ctx, env); err != nil {
 		return err
 	}
 	values, err := chartValues(env, ref)
@@ -96,7 +98,6 @@ func installChart(ctx context.Context, s *stack, env *environment) error {
 	}
 	s.p.step("ccm", "release %s revision %d deployed in %v: %d CCM pods ready on the nodes (image %s)",
 		ChartRelease, rel.Version, time.Since(began).Round(100*time.Millisecond), values["replicaCount"], ref)
-	env.chart = &chartInstall{Image: ref, Revision: rel.Version}
 	env.webhookURL = "service " + ChartNamespace + "/" + chartWebhookService
 	return nil
 }

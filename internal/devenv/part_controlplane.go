@@ -31,9 +31,6 @@ type environment struct {
 	webhookURL string
 	// ccmBinary replaces `portside ccm` (Options.CCMBinary).
 	ccmBinary string
-	// chart is the release installed with --install=chart (nil: the CCM
-	// runs on the host).
-	chart *chartInstall
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portside-io/portside/deploy"
-	"github.com/portside-io/portside/internal/version"
 )
 
 // InstallManifests applies deploy/ccm's plain manifests with kubectl, as
@@ -40,18 +39,8 @@ type manifestPatch struct {
 
 // installManifests replaces startCCM with --install=manifests.
 func installManifests(ctx context.Context, s *stack, env *environment) error {
-	if err := writeHostCloudConfig(env); err != nil {
-		return err
-	}
-	ref, err := pushOwnImage(ctx, env, version.Version)
+	ref, err := prepareInClusterCCM(ctx, s, env)
 	if err != nil {
-		return err
-	}
-	s.p.step("ccm", "pushed Portside's image %s to the local cloud's registry (a push credential it issued); the kubelets pull it through %s", ref, credentialPluginName)
-	if err := chartPrerequisites(ctx, env); err != nil {
-		return err
-	}
-	if err := unregisterWebhook(ctx, env); err != nil {
 		return err
 	}
 	files, err := deploy.CCMManifests()

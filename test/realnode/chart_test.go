@@ -95,11 +95,15 @@ func TestUpInstallChart(t *testing.T) {
 		}
 		took := time.Since(began)
 		ingress := <-svcDone
-		ok, failed := traffic.stop()
-		handover := leases.stop()
+		// helm's --wait ends when the new pods are ready; the old leader
+		// may still be shutting down. Traffic and the Lease are watched
+		// until only new pods are left and one of them leads.
 		if img := ccmPodImages(t, kube, 2); img != wantImage {
 			t.Errorf("after %s the CCM pods run %s, want %s", what, img, wantImage)
 		}
+		waitLeaderRenewing(t, kube)
+		ok, failed := traffic.stop()
+		handover := leases.stop()
 		t.Logf("%s: %v; %d requests through %s, %d failed; leader hand-overs %v; Service %s got its ingress in %v",
 			what, took.Round(100*time.Millisecond), ok, vip, len(failed), handover, svc, ingress.Round(100*time.Millisecond))
 		if len(failed) > 0 {
@@ -389,6 +393,20 @@ func watchLeader(kube kubernetes.Interface) *leaderWatch {
 		}
 	}()
 	return w
+}
+
+// waitLeaderRenewing waits until the CCM's Lease has a holder that renewed
+// it within the last 3 s.
+func waitLeaderRenewing(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, "a CCM holding and renewing its Lease", func() (bool, string) {
+		l, err := kube.CoordinationV1().Leases(devenv.ChartNamespace).Get(context.Background(), "cloud-controller-manager", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
+			return false, fmt.Sprint("no holder: ", err)
+		}
+		age := time.Since(l.Spec.RenewTime.Time)
+		return age < 3*time.Second, fmt.Sprintf("holder %s renewed %v ago", *l.Spec.HolderIdentity, age)
+	})
 }
 
 func (w *leaderWatch) stop() []time.Duration {
