@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/tls"
+	"errors"
 	"net"
 	"os"
 	"strconv"
@@ -32,6 +34,7 @@ type Flags struct {
 	ProxyStrategies                                   string
 	AgentNamespace, AgentServiceAccount, AuthAudience string
 	AllowRouteClaims                                  []string
+	AllowCertificateAgents                            bool
 	Kubeconfig                                        string
 	KubeconfigQPS                                     float32
 	KubeconfigBurst                                   int
@@ -113,6 +116,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.AgentNamespace, "agent-namespace", f.AgentNamespace, "Namespace of the agents' ServiceAccount (token authentication).")
 	fs.StringVar(&f.AgentServiceAccount, "agent-service-account", f.AgentServiceAccount, "Agents' ServiceAccount name (token authentication).")
 	fs.StringVar(&f.AuthAudience, "authentication-audience", f.AuthAudience, "Audience the agents' tokens must carry; required with token authentication.")
+	fs.BoolVar(&f.AllowCertificateAgents, "allow-certificate-agents", f.AllowCertificateAgents, "With token authentication (--agent-namespace, ...) and --cluster-ca-cert: also accept an agent that sends no token but a client certificate chaining to --cluster-ca-cert, which then names it (as without token authentication). Portside's; without it, as upstream, such a server asks every agent for both a certificate and a token, and the token names it.")
 	fs.StringSliceVar(&f.AllowRouteClaims, "allow-route-claims", f.AllowRouteClaims, "Users or groups (a token's ServiceAccount user, a certificate's CommonName or Organization, or system:node:<name>) whose agents may claim cidr, default-route and addresses other than their own Node's. Others may claim only their Node's name and addresses.")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "Kubeconfig for TokenReviews, Nodes and Leases; empty uses the in-cluster config.")
 	fs.Float32Var(&f.KubeconfigQPS, "kubeconfig-qps", f.KubeconfigQPS, "Client QPS for reading Nodes and Leases (TokenReviews have their own: --token-review-qps).")
@@ -174,6 +178,15 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 	}
 	if err := f.identityOptions(&o, logger); err != nil {
 		return Options{}, err
+	}
+	if f.AllowCertificateAgents {
+		if o.TokenAuth == nil || f.ClusterCACert == "" || o.AgentTLS == nil {
+			return Options{}, errors.New("--allow-certificate-agents accepts certificate agents beside token-authenticated ones: it needs token authentication (--agent-namespace, --agent-service-account, --authentication-audience) and --cluster-cert, --cluster-key and --cluster-ca-cert")
+		}
+		// A client certificate is asked for, not required: a token agent
+		// has none, and authenticate decides by what the agent sent.
+		o.AgentTLS.ClientAuth = tls.VerifyClientCertIfGiven
+		o.CertificateAgents = true
 	}
 	if f.EnableLeaseController {
 		if o.ServerID == "" {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"strings"
 	"sync"
 
@@ -26,13 +27,17 @@ import (
 // verified against --cluster-ca-cert does. An agent that proved nothing
 // gets the empty Principal, which may claim no identifier.
 func (s *Server) authenticate(ctx context.Context, md metadata.MD) (Principal, error) {
-	if s.opts.TokenAuth != nil {
-		return s.opts.TokenAuth.Authenticate(ctx, md)
-	}
+	var cert *x509.Certificate
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {
-			return PrincipalFromCert(ti.State.PeerCertificates[0]), nil
+			cert = ti.State.PeerCertificates[0]
 		}
+	}
+	switch authBy(s.opts.TokenAuth != nil, s.opts.CertificateAgents, len(md.Get(header.AuthenticationTokenContextKey)) > 0, cert != nil) {
+	case authByToken:
+		return s.opts.TokenAuth.Authenticate(ctx, md)
+	case authByCertificate:
+		return PrincipalFromCert(cert), nil
 	}
 	return Principal{}, nil
 }

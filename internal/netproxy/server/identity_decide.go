@@ -199,3 +199,30 @@ func eventWorthy(denied []Denial) bool {
 	}
 	return false
 }
+
+// authMode is how an agent's stream is authenticated.
+type authMode int
+
+const (
+	// authByNothing: the empty Principal, which may claim no identifier.
+	authByNothing authMode = iota
+	authByToken
+	authByCertificate
+)
+
+// authBy decides how to authenticate an agent: with token authentication
+// on, by its token (a stream without one is refused by the token check),
+// except, with certificate agents allowed, an agent that sent no token but
+// a verified client certificate, which names it; without token
+// authentication, by its verified client certificate if any.
+func authBy(tokenAuth, certificateAgents, hasToken, hasCert bool) authMode {
+	switch {
+	case tokenAuth && certificateAgents && !hasToken && hasCert:
+		return authByCertificate
+	case tokenAuth:
+		return authByToken
+	case hasCert:
+		return authByCertificate
+	}
+	return authByNothing
+}

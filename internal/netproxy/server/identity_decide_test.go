@@ -141,3 +141,26 @@ func TestEventWorthy(t *testing.T) {
 		}
 	}
 }
+
+func TestAuthBy(t *testing.T) {
+	for _, tc := range []struct {
+		name                                   string
+		tokenAuth, certAgents, token, verified bool
+		want                                   authMode
+	}{
+		{"tokens: the token decides", true, false, true, false, authByToken},
+		{"tokens, with a certificate too: still the token (upstream)", true, false, true, true, authByToken},
+		{"tokens, no token: the token check refuses", true, false, false, true, authByToken},
+		{"tokens, no token, no certificate", true, false, false, false, authByToken},
+		{"certificate agents allowed: a certificate without token names the agent", true, true, false, true, authByCertificate},
+		{"certificate agents allowed: a token still wins", true, true, true, true, authByToken},
+		{"certificate agents allowed: neither is refused by the token check", true, true, false, false, authByToken},
+		{"no tokens: the certificate", false, false, false, true, authByCertificate},
+		{"no tokens: a token is ignored, the certificate names it", false, false, true, true, authByCertificate},
+		{"no tokens, nothing: the empty principal", false, false, true, false, authByNothing},
+	} {
+		if got := authBy(tc.tokenAuth, tc.certAgents, tc.token, tc.verified); got != tc.want {
+			t.Errorf("%s: authBy = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -70,6 +70,10 @@ type Options struct {
 	Leases     *LeasePublisher
 	Strategies []Strategy
 	TokenAuth  *TokenAuth
+	// CertificateAgents (--allow-certificate-agents), with TokenAuth:
+	// an agent that sends no token but a verified client certificate is
+	// named by the certificate (authBy).
+	CertificateAgents bool
 	// NodeClient reads Nodes, whose names and addresses are what a
 	// node-bound agent may claim; nil grants node-bound agents no host or
 	// address identifiers.

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -66,6 +67,40 @@ func TestImpostorAgent(t *testing.T) {
 			agent.Options{AgentID: "honest", AgentIdentifiers: honestClaims, ServiceAccountTokenPath: tokenA},
 			agent.Options{AgentID: "impostor", AgentIdentifiers: impostorClaims, ServiceAccountTokenPath: tokenB})
 	})
+	// --allow-certificate-agents: one server takes pod-bound tokens and node
+	// certificates (`up --install=chart`: the chart's agents have tokens,
+	// the host's gateway agent a certificate); each credential still binds
+	// its agent to its own node, whichever the impostor holds.
+	for _, tc := range []struct{ name, honest, impostor string }{
+		{"token and certificate agents on one server: the impostor has a certificate", "token", "cert"},
+		{"token and certificate agents on one server: the impostor has a token", "cert", "token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ca := newTestCA(t, dir, "agents-ca")
+			srvCert, srvKey := ca.issue(t, "server", "proxy-server", true)
+			agentOpts := func(id, node, claims, cred string) agent.Options {
+				o := agent.Options{AgentID: id, AgentIdentifiers: claims}
+				if cred == "token" {
+					o.ServiceAccountTokenPath = podBoundToken(t, cs, dir, node)
+					pool, err := x509Pool(ca.File)
+					if err != nil {
+						t.Fatal(err)
+					}
+					o.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+				} else {
+					cert, key := ca.issue(t, node, "system:node:"+node, false)
+					o.TLS = clientTLS(t, ca.File, cert, key)
+				}
+				return o
+			}
+			st := serverTLS(t, ca.File, srvCert, srvKey)
+			st.ClientAuth = tls.VerifyClientCertIfGiven
+			runImpostor(t, cs, dest, server.Options{UDSName: filepath.Join(dir, "proxy.sock"), NodeClient: cs, AgentTLS: st, CertificateAgents: true,
+				TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: agentAudience, Client: cs}},
+				agentOpts("honest", "node-a", honestClaims, tc.honest), agentOpts("impostor", "node-b", impostorClaims, tc.impostor))
+		})
+	}
 	t.Run("node certificates", func(t *testing.T) {
 		dir := t.TempDir()
 		ca := newTestCA(t, dir, "agents-ca")
@@ -199,6 +234,9 @@ func podBoundToken(t *testing.T, cs kubernetes.Interface, dir, node string) stri
 	pod, err := cs.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node},
 		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "konnectivity-agent",
 			Containers: []corev1.Container{{Name: "proxy-agent", Image: "portside"}}}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // an earlier subtest's agent pod on the node
+		pod, err = cs.CoreV1().Pods("kube-system").Get(ctx, "agent-"+node, metav1.GetOptions{})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
