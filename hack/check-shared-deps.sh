@@ -7,7 +7,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export GOWORK=off GOFLAGS=-mod=readonly
-fmt='{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}'
+# A module replaced by another version (hack/tools pins k8s.io/kubectl and
+# others required as v0.0.0 by k8s.io/kubernetes) is compiled at the
+# replacement's version.
+fmt='{{with .Module}}{{if not .Main}}{{.Path}} {{if and .Replace .Replace.Version}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
 ours=$(cd "$root" && go list -deps -f "$fmt" ./cmd/portside | sort -u)
 theirs=$(cd "$root/hack/tools" && go list -deps -f "$fmt" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \

@@ -172,7 +172,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
 	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
-		realNodes: opts.NodeMode == NodeModeReal}
+		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install}
 	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {
 		var err error

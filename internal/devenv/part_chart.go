@@ -5,16 +5,20 @@ import (
 	"debug/elf"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/portside-io/portside/deploy"
 	"github.com/portside-io/portside/internal/helmrelease"
@@ -44,6 +48,10 @@ const (
 	chartWebhookTLSSecret  = "portside-ccm-webhook-tls"
 	chartWebhookClientCA   = "portside-ccm-webhook-client-ca"
 	chartWebhookService    = "portside-ccm-webhook"
+	// The chart's network proxy agents: their ServiceAccount and the
+	// audience of their projected tokens (values.yaml's, upstream's).
+	chartAgentServiceAccount = "konnectivity-agent"
+	chartAgentAudience       = "system:konnectivity-server"
 	// chartTimeout bounds an install or upgrade: the image pulled by every
 	// node and the pods ready.
 	chartTimeout = 4 * time.Minute
@@ -98,6 +106,11 @@ func installChart(ctx context.Context, s *stack, env *environment) error {
 	}
 	s.p.step("ccm", "release %s revision %d deployed in %v: %d CCM pods ready on the nodes (image %s)",
 		ChartRelease, rel.Version, time.Since(began).Round(100*time.Millisecond), values["replicaCount"], ref)
+	if env.networkProxy {
+		if err := waitChartAgents(ctx, s, env); err != nil {
+			return err
+		}
+	}
 	env.webhookURL = "service " + ChartNamespace + "/" + chartWebhookService
 	return nil
 }
@@ -252,6 +265,13 @@ func chartValues(env *environment, ref string) (map[string]any, error) {
 			"--service-cluster-ip-range=" + env.serviceCIDR(),
 			"--configure-cloud-routes=true",
 		},
+		"networkProxy": map[string]any{
+			"enabled": env.networkProxy,
+			// proxy-server is up's, on this host; the agents dial it at
+			// the VPC gateway, which the cloud forwards to it.
+			"server": map[string]any{"enabled": false},
+			"agent":  map[string]any{"proxyServerHost": env.realNet.gateway().String(), "proxyServerPort": agentGatewayPort},
+		},
 		"webhook": map[string]any{
 			"enabled":       true,
 			"tlsSecretName": chartWebhookTLSSecret,
@@ -259,4 +279,77 @@ func chartValues(env *environment, ref string) (map[string]any, error) {
 			"clientCA":      map[string]any{"configMapName": chartWebhookClientCA, "key": "ca.crt"},
 		},
 	}, nil
+}
+
+// waitChartAgents waits until proxy-server has an agent for each node
+// besides the host's gateway agent, with node identifiers granted (its
+// metrics: the chart's agents are ready once connected, but their claims
+// are granted when the server has checked their tokens' nodes), and then
+// until kube-apiserver reaches every node's kubelet through the network
+// proxy (GET nodes/<node>/proxy/healthz, its cluster egress).
+func waitChartAgents(ctx context.Context, s *stack, env *environment) error {
+	began := time.Now()
+	metricsURL := "http://" + env.netproxyState.Server.Health + "/metrics"
+	want := len(env.nodes)
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		conns, destHost, err := proxyServerBackends(ctx, metricsURL)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%v agent connections (the gateway's among them), %v destHost identifiers", conns, destHost)
+		return conns >= float64(want+1) && destHost >= float64(want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("proxy-server has no agent for every node from the chart's DaemonSet %s/portside-proxy-agent: %s", ChartNamespace, last)
+	}
+	for _, n := range env.nodes {
+		last := ""
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := env.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.name, "proxy", "healthz").DoRaw(ctx)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("kube-apiserver cannot reach the kubelet of %s through the chart's network proxy agent (DaemonSet %s/portside-proxy-agent): %s", n.name, ChartNamespace, last)
+		}
+	}
+	s.p.step("network proxy", "the chart's agents serve all %s: kube-apiserver reaches each kubelet through them (%v)", plural(len(env.nodes), "node"), time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// proxyServerBackends reads proxy-server's agent connections and its
+// destHost backends (one per granted host or address identifier).
+func proxyServerBackends(ctx context.Context, url string) (conns, destHost float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	if mf := mfs["konnectivity_network_proxy_server_ready_backend_connections"]; mf != nil && len(mf.Metric) > 0 {
+		conns = mf.Metric[0].GetGauge().GetValue()
+	}
+	if mf := mfs["konnectivity_network_proxy_server_ready_backends"]; mf != nil {
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "proxy_strategy" && l.GetValue() == "destHost" {
+					destHost = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return conns, destHost, nil
 }

@@ -31,6 +31,9 @@ type environment struct {
 	webhookURL string
 	// ccmBinary replaces `portside ccm` (Options.CCMBinary).
 	ccmBinary string
+	// install is Options.Install: with InstallChart the nodes' network
+	// proxy agents are the chart's DaemonSet, not their machines'.
+	install string
 
 	nodes []nodeInfo
 	// ccm are the supervised CCM replicas; ccmReplicas how many to run.

@@ -128,6 +128,13 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 		args = append(args, "--kubeconfig="+kubeconfig)
 		// The cloud serves the agent port at the gateway (cloudArgs).
 		env.realNet.agentTarget = st.Server.AgentAddress
+		if env.install == InstallChart {
+			// The chart's DaemonSet agents prove their node with pod-bound
+			// ServiceAccount tokens; the host's gateway agent keeps its
+			// certificate.
+			args = append(args, "--agent-namespace="+ChartNamespace, "--agent-service-account="+chartAgentServiceAccount,
+				"--authentication-audience="+chartAgentAudience, "--allow-certificate-agents")
+		}
 	}
 	logPath := filepath.Join(env.logs(), "proxy-server.log")
 	s.p.step("network proxy", "starting proxy-server for kube-apiserver's cluster egress (socket %s, agents at %s; log %s)", st.Server.Socket, st.Server.AgentAddress, logPath)
@@ -164,6 +171,10 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 			return err
 		}
 		s.p.step("network proxy", "%s connected (pid %d), for dials to no node's address (default-route)", gatewayAgentID, p.PID())
+		if env.install == InstallChart {
+			s.p.step("network proxy", "the nodes' agents come with the chart (DaemonSet %s/portside-proxy-agent, pod-bound tokens)", ChartNamespace)
+			return writeNetproxyState(env)
+		}
 		return waitNodeAgents(ctx, s, env)
 	}
 	byZone := map[string][]nodeInfo{}
@@ -248,8 +259,8 @@ func startHostAgent(ctx context.Context, s *stack, env *environment, part netpro
 // it grants nothing), the server at the VPC gateway. Without the network
 // proxy it is userData unchanged.
 func nodeAgentUserData(env *environment, node, userData string) (string, error) {
-	if !env.networkProxy {
-		return userData, nil
+	if !env.networkProxy || env.install == InstallChart {
+		return userData, nil // none, or the chart's DaemonSet
 	}
 	var c realnode.BootConfig
 	if err := json.Unmarshal([]byte(userData), &c); err != nil {

@@ -57,6 +57,12 @@ func TestUpInstallChart(t *testing.T) {
 	}
 	registryHost := m[1]
 	firstImage := ccmPodImages(t, kube, 2)
+	if img := podImages(t, kube, agentSelector, 2); img != firstImage {
+		t.Errorf("the network proxy agents run %s, not the CCM's image %s", img, firstImage)
+	}
+	if !strings.Contains(out, "the chart's agents serve all 2 nodes") {
+		t.Errorf("up did not wait for the chart's agents:\n%s", out)
+	}
 	if !strings.HasPrefix(firstImage, registryHost+"/"+image.DefaultRepository+":") {
 		t.Fatalf("the CCM pods run %s, not an image of the cloud's registry %s", firstImage, registryHost)
 	}
@@ -102,6 +108,12 @@ func TestUpInstallChart(t *testing.T) {
 			t.Errorf("after %s the CCM pods run %s, want %s", what, img, wantImage)
 		}
 		waitLeaderRenewing(t, kube)
+		// The network proxy's agents (the chart's DaemonSet) rolled too,
+		// and kube-apiserver reaches the kubelets through the new ones.
+		if img := podImages(t, kube, agentSelector, 2); img != wantImage {
+			t.Errorf("after %s the network proxy agents run %s, want %s", what, img, wantImage)
+		}
+		checkLogsThroughAgents(t, kube)
 		ok, failed := traffic.stop()
 		handover := leases.stop()
 		t.Logf("%s: %v; %d requests through %s, %d failed; leader hand-overs %v; Service %s got its ingress in %v",
@@ -157,9 +169,16 @@ func TestUpInstallChart(t *testing.T) {
 	checkOneLBPerService(t, kube, cloud)
 }
 
-func ccmPods(t *testing.T, kube kubernetes.Interface) []corev1.Pod {
+const (
+	ccmSelector   = "app.kubernetes.io/name=portside-ccm"
+	agentSelector = "k8s-app=konnectivity-agent"
+)
+
+func ccmPods(t *testing.T, kube kubernetes.Interface) []corev1.Pod { return podsOf(t, kube, ccmSelector) }
+
+func podsOf(t *testing.T, kube kubernetes.Interface, selector string) []corev1.Pod {
 	t.Helper()
-	list, err := kube.CoreV1().Pods(devenv.ChartNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=portside-ccm"})
+	list, err := kube.CoreV1().Pods(devenv.ChartNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,10 +188,16 @@ func ccmPods(t *testing.T, kube kubernetes.Interface) []corev1.Pod {
 // ccmPodImages waits until exactly n CCM pods run, ready, all one image,
 // and returns it.
 func ccmPodImages(t *testing.T, kube kubernetes.Interface, n int) string {
+	return podImages(t, kube, ccmSelector, n)
+}
+
+// podImages waits until exactly n pods of selector run, ready, all one
+// image, and returns it.
+func podImages(t *testing.T, kube kubernetes.Interface, selector string, n int) string {
 	t.Helper()
 	var img string
-	testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("%d ready CCM pods of one image", n), func() (bool, string) {
-		pods := ccmPods(t, kube)
+	testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("%d ready pods %s of one image", n, selector), func() (bool, string) {
+		pods := podsOf(t, kube, selector)
 		var states []string
 		images := map[string]bool{}
 		ready := 0
@@ -190,6 +215,32 @@ func ccmPodImages(t *testing.T, kube kubernetes.Interface, n int) string {
 	})
 	return img
 }
+
+// checkLogsThroughAgents reads a log of a demo pod on each node through
+// kube-apiserver (its cluster egress: the network proxy's agents).
+func checkLogsThroughAgents(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods("demo").List(context.Background(), metav1.ListOptions{LabelSelector: "app=hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range pods.Items {
+		if seen[p.Spec.NodeName] || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		seen[p.Spec.NodeName] = true
+		testenv.Eventually(t, time.Minute, "the log of "+p.Name+" on "+p.Spec.NodeName+" through the network proxy", func() (bool, string) {
+			_, err := kube.CoreV1().Pods("demo").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptrTo[int64](1)}).DoRaw(context.Background())
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	if len(seen) == 0 {
+		t.Errorf("no running demo pod to read a log of")
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 func serviceVIP(t *testing.T, kube kubernetes.Interface, ns, name string) string {
 	t.Helper()

@@ -620,6 +620,20 @@ func TestNetworkProxy(t *testing.T) {
 		t.Errorf("images %q, %q, want %q", sc.Image, ac.Image, want)
 	}
 	dryRunApply(t, stream)
+
+	// The agents alone, for a proxy-server that runs elsewhere: no server,
+	// none of its RBAC.
+	stream = mustRender(t, map[string]any{"networkProxy": map[string]any{"enabled": true,
+		"server": map[string]any{"enabled": false}, "agent": map[string]any{"proxyServerHost": "cp.example.com"}}})
+	objs = objects(t, stream)
+	mustGet(t, objs, "DaemonSet", "portside-proxy-agent", &appsv1.DaemonSet{})
+	mustGet(t, objs, "ServiceAccount", "konnectivity-agent", &corev1.ServiceAccount{})
+	for _, k := range kinds(objs) {
+		if k == "DaemonSet/portside-proxy-server" || strings.Contains(k, "konnectivity-server") {
+			t.Errorf("%s rendered with networkProxy.server.enabled false", k)
+		}
+	}
+	dryRunApply(t, stream)
 }
 
 // TestSchemaRefusesBadValues: values.schema.json turns mistakes into errors
