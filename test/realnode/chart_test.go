@@ -174,7 +174,9 @@ const (
 	agentSelector = "k8s-app=konnectivity-agent"
 )
 
-func ccmPods(t *testing.T, kube kubernetes.Interface) []corev1.Pod { return podsOf(t, kube, ccmSelector) }
+func ccmPods(t *testing.T, kube kubernetes.Interface) []corev1.Pod {
+	return podsOf(t, kube, ccmSelector)
+}
 
 func podsOf(t *testing.T, kube kubernetes.Interface, selector string) []corev1.Pod {
 	t.Helper()
