@@ -20,8 +20,8 @@ func TestProxyAgentProbeAsDeploy(t *testing.T) {
 	if !hasArg(gc, "--health-server-host=127.0.0.1") {
 		t.Errorf("the chart's agent does not bind health to loopback: %q", gc.Command)
 	}
-	if !reflect.DeepEqual(gc.LivenessProbe, wc.LivenessProbe) || gc.ReadinessProbe != nil {
-		t.Errorf("the chart's agent probes %+v (readiness %+v), want deploy/network-proxy's %+v", gc.LivenessProbe, gc.ReadinessProbe, wc.LivenessProbe)
+	if !reflect.DeepEqual(gc.LivenessProbe, wc.LivenessProbe) || !reflect.DeepEqual(gc.ReadinessProbe, wc.ReadinessProbe) || gc.ReadinessProbe == nil {
+		t.Errorf("the chart's agent probes %+v (readiness %+v), want deploy/network-proxy's %+v (readiness %+v)", gc.LivenessProbe, gc.ReadinessProbe, wc.LivenessProbe, wc.ReadinessProbe)
 	}
 	if !reflect.DeepEqual(got.Spec.UpdateStrategy, want.Spec.UpdateStrategy) ||
 		!reflect.DeepEqual(got.Spec.Template.Spec.TerminationGracePeriodSeconds, want.Spec.Template.Spec.TerminationGracePeriodSeconds) {

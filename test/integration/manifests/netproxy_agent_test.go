@@ -34,8 +34,17 @@ func TestProxyAgentHealthOnLoopback(t *testing.T) {
 	if v := flagValue(c.Command, "--health-server-host"); !isLoopback(v) {
 		t.Fatalf("proxy-agent --health-server-host=%q, want a loopback address (empty binds the pod IP)", v)
 	}
-	if c.ReadinessProbe != nil || c.StartupProbe != nil {
-		t.Errorf("proxy-agent has readiness/startup probes %+v %+v; only the exec liveness probe reaches loopback", c.ReadinessProbe, c.StartupProbe)
+	if c.StartupProbe != nil {
+		t.Errorf("proxy-agent has a startup probe %+v", c.StartupProbe)
+	}
+	// Readiness: the same exec probe of /readyz (connected to a server).
+	rp := c.ReadinessProbe
+	if rp == nil || rp.Exec == nil || rp.HTTPGet != nil || rp.TCPSocket != nil || rp.GRPC != nil {
+		t.Fatalf("proxy-agent readiness probe %+v, want an exec probe of /readyz (a new agent counts as ready once connected)", rp)
+	}
+	readyURL, err := url.Parse(flagValue(rp.Exec.Command, "--url"))
+	if err != nil || !isLoopback(readyURL.Hostname()) || readyURL.Port() != flagValue(c.Command, "--health-server-port") || readyURL.Path != "/readyz" {
+		t.Fatalf("readiness probe --url=%q, want the agent's loopback /readyz (%v)", flagValue(rp.Exec.Command, "--url"), err)
 	}
 	lp := c.LivenessProbe
 	if lp == nil || lp.Exec == nil || lp.HTTPGet != nil || lp.TCPSocket != nil || lp.GRPC != nil {
@@ -105,6 +114,19 @@ func TestProxyAgentHealthOnLoopback(t *testing.T) {
 	}
 	if err := runCLI(probeArgs()); err != nil {
 		t.Fatalf("the manifest's probe against a live agent: %v", err)
+	}
+	// Not connected to any server (there is none): not ready.
+	readyArgs := []string{}
+	for _, arg := range rp.Exec.Command[1:] {
+		if strings.HasPrefix(arg, "--url=") {
+			u := *readyURL
+			u.Host = net.JoinHostPort(readyURL.Hostname(), strconv.Itoa(port))
+			arg = "--url=" + u.String()
+		}
+		readyArgs = append(readyArgs, arg)
+	}
+	if err := runCLI(readyArgs); err == nil {
+		t.Errorf("the manifest's readiness probe passed for an agent connected to no server")
 	}
 	for _, ip := range hostIPs(t) {
 		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)), time.Second)
