@@ -25,6 +25,7 @@ import (
 	"github.com/portside-io/portside/internal/devenv"
 	"github.com/portside-io/portside/internal/helmrelease"
 	"github.com/portside-io/portside/internal/image"
+	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -167,6 +168,21 @@ func TestUpInstallChart(t *testing.T) {
 		t.Errorf("no cloud load balancer before the upgrade: the demo's Service was not served")
 	}
 	checkOneLBPerService(t, kube, cloud)
+
+	// Portside's conformance suite against the reinstalled CCM: its node,
+	// route, volume, network-proxy and core load-balancer tests (the full
+	// suite's run is in docs/conformance.md).
+	conf := exec.Command(testbin.Portside(t), "conformance", "--kubeconfig", kubeconfig, "--cloud-provider=local",
+		"--cloud-config", filepath.Join(data, "ccm", "cloud.yaml"), "--cloud-data-dir", filepath.Join(data, "cloud"), "--max-wait=60s",
+		"--focus", `^(nodes/|routes/|volumes/|network-proxy/|load-balancers/(ingress-and-traffic|udp|etp-local|deletion)$)`)
+	report, err := conf.CombinedOutput()
+	t.Logf("portside conformance against the installed CCM:\n%s", report)
+	if err != nil {
+		t.Errorf("portside conformance against the installed CCM failed: %v", err)
+	}
+	if m := regexp.MustCompile(`(\d+) passed, (\d+) failed`).FindStringSubmatch(string(report)); m == nil || m[1] == "0" || m[2] != "0" {
+		t.Errorf("portside conformance summary %q, want passes and no failure", m)
+	}
 }
 
 const (
