@@ -50,26 +50,38 @@ var ccmWebhook string
 // (trusting caPEM) instead of the in-cluster Service, for a CCM outside the
 // cluster (`portside up`, tests).
 func PVLabelWebhookConfiguration(url string, caPEM []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-	for _, doc := range strings.Split(ccmWebhook, "\n---") {
+	_, _, mwc, err := FindMutatingWebhookConfiguration(ccmWebhook)
+	if err != nil {
+		return nil, fmt.Errorf("deploy/ccm/webhook.yaml: %w", err)
+	}
+	if len(mwc.Webhooks) != 1 {
+		return nil, fmt.Errorf("deploy/ccm/webhook.yaml: want one webhook, found %d", len(mwc.Webhooks))
+	}
+	mwc.Annotations = nil // cert-manager's: the CA comes with the URL
+	mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
+	return mwc, nil
+}
+
+// FindMutatingWebhookConfiguration splits a multi-document manifest (as
+// deploy/ccm/webhook.yaml) and returns its documents, the index of its one
+// MutatingWebhookConfiguration and that object, parsed strictly.
+func FindMutatingWebhookConfiguration(manifest string) ([]string, int, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	docs := strings.Split(manifest, "\n---")
+	for i, doc := range docs {
 		var probe metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
-			return nil, err
+			return nil, 0, nil, err
 		}
 		if probe.Kind != "MutatingWebhookConfiguration" {
 			continue
 		}
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		if err := yaml.UnmarshalStrict([]byte(doc), mwc); err != nil {
-			return nil, fmt.Errorf("deploy/ccm/webhook.yaml: %w", err)
+			return nil, 0, nil, err
 		}
-		if len(mwc.Webhooks) != 1 {
-			return nil, fmt.Errorf("deploy/ccm/webhook.yaml: want one webhook, found %d", len(mwc.Webhooks))
-		}
-		mwc.Annotations = nil // cert-manager's: the CA comes with the URL
-		mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
-		return mwc, nil
+		return docs, i, mwc, nil
 	}
-	return nil, fmt.Errorf("deploy/ccm/webhook.yaml has no MutatingWebhookConfiguration")
+	return nil, 0, nil, fmt.Errorf("no MutatingWebhookConfiguration")
 }
 
 //go:embed network-proxy/rbac.yaml

@@ -11,10 +11,8 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -154,32 +152,18 @@ func patchCCMDeployment(data []byte, p manifestPatch) ([]byte, error) {
 // patchWebhookCABundle sets the caBundle of webhook.yaml's
 // MutatingWebhookConfiguration; its other documents are kept as written.
 func patchWebhookCABundle(data []byte, ca []byte) ([]byte, error) {
-	docs := strings.Split(string(data), "\n---")
-	found := false
-	for i, doc := range docs {
-		var probe metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
-			return nil, err
-		}
-		if probe.Kind != "MutatingWebhookConfiguration" {
-			continue
-		}
-		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := yaml.UnmarshalStrict([]byte(doc), mwc); err != nil {
-			return nil, err
-		}
-		for j := range mwc.Webhooks {
-			mwc.Webhooks[j].ClientConfig.CABundle = ca
-		}
-		mwc.Annotations = nil // cert-manager's injection: the CA is given
-		b, err := yaml.Marshal(mwc)
-		if err != nil {
-			return nil, err
-		}
-		docs[i], found = "\n"+string(b), true
+	docs, i, mwc, err := deploy.FindMutatingWebhookConfiguration(string(data))
+	if err != nil {
+		return nil, err
 	}
-	if !found {
-		return nil, fmt.Errorf("no MutatingWebhookConfiguration")
+	for j := range mwc.Webhooks {
+		mwc.Webhooks[j].ClientConfig.CABundle = ca
 	}
+	mwc.Annotations = nil // cert-manager's injection: the CA is given
+	b, err := yaml.Marshal(mwc)
+	if err != nil {
+		return nil, err
+	}
+	docs[i] = "\n" + string(b)
 	return bytes.TrimSpace([]byte(strings.Join(docs, "\n---"))), nil
 }
