@@ -78,7 +78,7 @@ func absentOK(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []string{"No such process", "Cannot find device", "No such file or directory", "does not exist", "not found"} {
+	for _, s := range []string{"No such process", "Cannot find device", "No such device", "No such file or directory", "does not exist", "not found"} {
 		if strings.Contains(err.Error(), s) {
 			return nil
 		}
