@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,8 +49,16 @@ func newCloudInstancesCommand(f *cloudFlags) *cobra.Command {
 		})
 	})
 	var req api.CreateInstanceRequest
+	var userDataFile string
 	create := verb(f, "create NAME", "Create an instance", cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {
 		req.Name = args[0]
+		if userDataFile != "" {
+			data, err := os.ReadFile(userDataFile)
+			if err != nil {
+				return fmt.Errorf("--user-data-file: %w", err)
+			}
+			req.UserData = string(data)
+		}
 		inst, err := c.c.CreateInstance(cmd.Context(), req)
 		if err != nil {
 			return err
@@ -60,6 +69,8 @@ func newCloudInstancesCommand(f *cloudFlags) *cobra.Command {
 	create.Flags().StringVar(&req.Type, "type", "", "instance type (default: the first)")
 	create.Flags().StringSliceVar(&req.PodCIDRs, "pod-cidr", nil, "pod CIDRs the cloud assigns to the instance (one per family), for --cidr-allocator-type=CloudAllocator")
 	create.Flags().BoolVar(&req.IPv6, "ipv6", false, "also give an IPv6 address")
+	create.Flags().StringToStringVar(&req.Labels, "label", nil, "labels of the instance (key=value; repeatable)")
+	create.Flags().StringVar(&userDataFile, "user-data-file", "", "boot the instance as a real machine with this user data (a cloud run with --machines=real; `up` writes its nodes' as <data dir>/nodes/user-data.json)")
 	byID := func(use, short string, call func(cmd *cobra.Command, c cloudCall, id string) error) *cobra.Command {
 		return verb(f, use+" ID", short, cobra.ExactArgs(1), func(cmd *cobra.Command, c cloudCall, args []string) error {
 			return call(cmd, c, args[0])

@@ -142,7 +142,7 @@ func Up(ctx context.Context, opts Options) (err error) {
 	}()
 
 	env, part, err := start(ctx, s, l, opts)
-	if err == nil {
+	if err == nil && installRunsCCM(opts.Install) {
 		part, err = "demo", demo(ctx, p, env, opts.Once)
 	}
 	if err != nil {
@@ -187,6 +187,8 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		ccm = installChart
 	case InstallManifests:
 		ccm = installManifests
+	case InstallPrepare:
+		ccm = prepareChart
 	}
 	type step struct {
 		part string
@@ -200,7 +202,9 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		{"kube-scheduler", startScheduler},
 		{"nodes", nodes},
 		{"ccm", ccm},
-		{"nodes", waitNodesInitialized},
+	}
+	if installRunsCCM(opts.Install) {
+		steps = append(steps, step{"nodes", waitNodesInitialized})
 	}
 	if opts.NetworkProxy {
 		steps = slices.Insert(steps, 1, step{"network proxy", startNetworkProxyServer})
@@ -217,7 +221,9 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 		// routes); CoreDNS, the first of them, reads the API by the Service.
 		ccm := slices.IndexFunc(steps, func(st step) bool { return st.part == "ccm" })
 		steps = slices.Insert(steps, ccm, step{"control plane", publishAPIServerEndpoint})
-		steps = append(steps, step{"cluster DNS", startClusterDNS})
+		if installRunsCCM(opts.Install) {
+			steps = append(steps, step{"cluster DNS", startClusterDNS})
+		}
 	}
 	for _, st := range steps {
 		if err := st.fn(ctx, s, env); err != nil {

@@ -63,14 +63,14 @@ func checkInstall(install, mode, ccmBinary string) error {
 	switch install {
 	case "", InstallHost:
 		return nil
-	case InstallChart, InstallManifests:
+	case InstallChart, InstallManifests, InstallPrepare:
 		if mode != NodeModeReal {
-			return fmt.Errorf("--install=%s runs the CCM as pods, which only real nodes can run: use --node-mode=real (or auto on a machine that allows real nodes), or --install=%s", install, InstallHost)
+			return fmt.Errorf("--install=%s is for the CCM as pods, which only real nodes can run: use --node-mode=real (or auto on a machine that allows real nodes), or --install=%s", install, InstallHost)
 		}
 		if ccmBinary != "" {
 			return fmt.Errorf("--install=%s installs Portside's CCM from its image; --ccm-binary runs another CCM on the host: give one of them", install)
 		}
 		return nil
 	}
-	return fmt.Errorf("--install %q: want %s (the CCM as processes of up), %s (the Helm chart's pods on the nodes) or %s (deploy/ccm's, with kubectl)", install, InstallHost, InstallChart, InstallManifests)
+	return fmt.Errorf("--install %q: want %s (the CCM as processes of up), %s (the Helm chart's pods on the nodes), %s (deploy/ccm's, with kubectl) or %s (no CCM: the chart's install prepared for yours)", install, InstallHost, InstallChart, InstallManifests, InstallPrepare)
 }

@@ -73,7 +73,10 @@ func TestCheckInstall(t *testing.T) {
 		{"chart on simulated nodes", InstallChart, NodeModeSimulated, "", "only real nodes can run"},
 		{"chart with another CCM", InstallChart, NodeModeReal, "/bin/ccm", "give one of them"},
 		{"manifests on real nodes", InstallManifests, NodeModeReal, "", ""},
-		{"manifests on simulated nodes", InstallManifests, NodeModeSimulated, "", "--install=manifests runs the CCM as pods"},
+		{"manifests on simulated nodes", InstallManifests, NodeModeSimulated, "", "--install=manifests is for the CCM as pods"},
+		{"prepare on real nodes", InstallPrepare, NodeModeReal, "", ""},
+		{"prepare on simulated nodes", InstallPrepare, NodeModeSimulated, "", "--install=prepare is for the CCM as pods"},
+		{"prepare with another CCM", InstallPrepare, NodeModeReal, "/bin/ccm", "give one of them"},
 		{"unknown", "kustomize", NodeModeReal, "", `--install "kustomize": want host`},
 	} {
 		err := checkInstall(tc.install, tc.mode, tc.ccm)

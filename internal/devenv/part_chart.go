@@ -260,7 +260,8 @@ func chartValues(env *environment, ref string) (map[string]any, error) {
 			"enabled": replicas > 1,
 		},
 		"extraArgs": []any{
-			"--allocate-node-cidrs=true",
+			// With prepare kube-controller-manager allocates (part_kcm.go).
+			fmt.Sprintf("--allocate-node-cidrs=%v", installRunsCCM(env.install)),
 			"--cluster-cidr=" + env.podCIDR(),
 			"--service-cluster-ip-range=" + env.serviceCIDR(),
 			"--configure-cloud-routes=true",

@@ -60,9 +60,11 @@ func startKCM(ctx context.Context, s *stack, env *environment) error {
 			// the CCM's lifecycle controller then sees the shutdown.
 			"--node-monitor-grace-period=20s")
 	}
-	if env.ccmBinary != "" {
+	if env.ccmBinary != "" || env.install == InstallPrepare {
 		// A CCM built from k8s.io/cloud-provider alone has no node IPAM
-		// (k/k's main adds it): kube-controller-manager's gives pod CIDRs.
+		// (k/k's main adds it), and with --install=prepare no CCM may run
+		// yet (version N of a migration had kube-controller-manager's):
+		// kube-controller-manager's gives pod CIDRs.
 		args = append(args, "--allocate-node-cidrs=true", "--cluster-cidr="+env.podCIDR())
 	}
 	run := func() (*proc.Process, error) {

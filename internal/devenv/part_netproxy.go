@@ -128,7 +128,7 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 		args = append(args, "--kubeconfig="+kubeconfig)
 		// The cloud serves the agent port at the gateway (cloudArgs).
 		env.realNet.agentTarget = st.Server.AgentAddress
-		if env.install == InstallChart {
+		if env.chartAgents() {
 			// The chart's DaemonSet agents prove their node with pod-bound
 			// ServiceAccount tokens; the host's gateway agent keeps its
 			// certificate.
@@ -171,7 +171,7 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 			return err
 		}
 		s.p.step("network proxy", "%s connected (pid %d), for dials to no node's address (default-route)", gatewayAgentID, p.PID())
-		if env.install == InstallChart {
+		if env.chartAgents() {
 			s.p.step("network proxy", "the nodes' agents come with the chart (DaemonSet %s/portside-proxy-agent, pod-bound tokens)", ChartNamespace)
 			return writeNetproxyState(env)
 		}
@@ -259,7 +259,7 @@ func startHostAgent(ctx context.Context, s *stack, env *environment, part netpro
 // it grants nothing), the server at the VPC gateway. Without the network
 // proxy it is userData unchanged.
 func nodeAgentUserData(env *environment, node, userData string) (string, error) {
-	if !env.networkProxy || env.install == InstallChart {
+	if !env.networkProxy || env.chartAgents() {
 		return userData, nil // none, or the chart's DaemonSet
 	}
 	var c realnode.BootConfig

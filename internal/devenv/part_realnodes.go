@@ -72,6 +72,14 @@ type realNetwork struct {
 func (l layout) realNetworkFile() string { return filepath.Join(l.dir, "real-network.json") }
 func (l layout) nodesShared() string     { return filepath.Join(l.dir, "nodes") }
 
+// NodeUserDataFile is the user data a further real machine joins the
+// cluster with (`portside cloud instances create --user-data-file`): the
+// cluster's parts only, with no host network-proxy agent of its own (the
+// agent of --install=chart is the chart's DaemonSet, which covers it).
+func NodeUserDataFile(dataDir string) string {
+	return filepath.Join(dataDir, "nodes", "user-data.json")
+}
+
 // machines is the cloud's hypervisor directory (cli's cloud serve puts it
 // at <cloud data dir>/machines).
 func (l layout) machines() string { return filepath.Join(l.cloud(), "machines") }
@@ -260,6 +268,13 @@ func startRealNodes(n, wantZones int) func(context.Context, *stack, *environment
 		}
 		s.p.step("nodes", "%d real machines booting in the cloud's VPC %s (containerd, kubelet, kube-proxy each; logs in %s)",
 			n, env.realNet.Subnet, filepath.Join(env.cloud(), "machines", "<instance>", "log"))
+		// Credentials: readable by root only, like the rest of nodes/.
+		joinFile := NodeUserDataFile(env.dir)
+		if err := os.WriteFile(joinFile, []byte(userData), 0o600); err != nil {
+			return err
+		}
+		s.p.step("nodes", "to add a node: portside cloud instances create NAME --data-dir %s --zone %s --label %s=real --user-data-file %s",
+			env.cloud(), zones[0], LabelMachine, joinFile)
 		return waitRealNodesRegistered(ctx, s, env)
 	}
 }

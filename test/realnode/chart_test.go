@@ -89,7 +89,10 @@ func TestUpInstallChart(t *testing.T) {
 	newRef := pushBuiltImage(t, cloud, registryHost, newVersion)
 	newTag := newRef[strings.LastIndex(newRef, ":")+1:]
 
-	roll := func(what string, do func() error, wantImage string) {
+	// nodes is how many nodes the agents' DaemonSet covers; join names a
+	// node that joins while the roll runs.
+	nodes := 2
+	roll := func(what string, do func() error, wantImage, join string) {
 		t.Helper()
 		traffic := startTraffic(vip + ":8080")
 		leases := watchLeader(kube)
@@ -97,11 +100,20 @@ func TestUpInstallChart(t *testing.T) {
 		svcDone := make(chan time.Duration, 1)
 		svc := "during-" + strings.Fields(what)[1]
 		go func() { svcDone <- createLBService(t, kube, "demo", svc) }()
+		var joined func() time.Duration
+		if join != "" {
+			joined = joinNode(t, out, join, kube, cloud, true)
+			nodes++
+		}
 		if err := do(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		took := time.Since(began)
 		ingress := <-svcDone
+		if joined != nil {
+			t.Logf("%s: node %s joined during the roll: Ready, initialized, a backend of every load balancer and served by an agent %v after its create",
+				what, join, joined().Round(100*time.Millisecond))
+		}
 		// helm's --wait ends when the new pods are ready; the old leader
 		// may still be shutting down. Traffic and the Lease are watched
 		// until only new pods are left and one of them leads.
@@ -111,7 +123,7 @@ func TestUpInstallChart(t *testing.T) {
 		waitLeaderRenewing(t, kube)
 		// The network proxy's agents (the chart's DaemonSet) rolled too,
 		// and kube-apiserver reaches the kubelets through the new ones.
-		if img := podImages(t, kube, agentSelector, 2); img != wantImage {
+		if img := podImages(t, kube, agentSelector, nodes); img != wantImage {
 			t.Errorf("after %s the network proxy agents run %s, want %s", what, img, wantImage)
 		}
 		checkLogsThroughAgents(t, kube)
@@ -130,8 +142,8 @@ func TestUpInstallChart(t *testing.T) {
 	roll("helm upgrade to "+newTag, func() error {
 		_, err := hc.Upgrade(ctx, devenv.ChartRelease, ch, map[string]any{"image": map[string]any{"tag": newTag}}, true, 4*time.Minute)
 		return err
-	}, newRef)
-	roll("helm rollback to revision 1", func() error { return hc.Rollback(devenv.ChartRelease, 1, 4*time.Minute) }, firstImage)
+	}, newRef, "joined-1")
+	roll("helm rollback to revision 1", func() error { return hc.Rollback(devenv.ChartRelease, 1, 4*time.Minute) }, firstImage, "")
 
 	// Uninstall: the cloud's load balancers stay (as upstream's), serving.
 	lbsInstalled := cloudLBs(t, cloud)
