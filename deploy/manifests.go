@@ -9,6 +9,13 @@ import (
 //go:embed ccm/*.yaml
 var ccmFiles embed.FS
 
+//go:embed network-proxy/proxy-agent.yaml
+var proxyAgentManifest []byte
+
+// ProxyAgentManifest returns deploy/network-proxy/proxy-agent.yaml: the
+// agents' ServiceAccount and DaemonSet.
+func ProxyAgentManifest() []byte { return proxyAgentManifest }
+
 // CCMManifests returns deploy/ccm's manifests by file name, as
 // `kubectl apply -f deploy/ccm` reads them.
 func CCMManifests() (map[string][]byte, error) {

@@ -290,6 +290,10 @@ func chartValues(env *environment, ref string) (map[string]any, error) {
 // proxy (GET nodes/<node>/proxy/healthz, its cluster egress).
 func waitChartAgents(ctx context.Context, s *stack, env *environment) error {
 	began := time.Now()
+	who := "the chart's"
+	if env.install == InstallManifests {
+		who = "deploy/network-proxy's"
+	}
 	metricsURL := "http://" + env.netproxyState.Server.Health + "/metrics"
 	want := len(env.nodes)
 	last := ""
@@ -303,7 +307,7 @@ func waitChartAgents(ctx context.Context, s *stack, env *environment) error {
 		return conns >= float64(want+1) && destHost >= float64(want), nil
 	})
 	if err != nil {
-		return fmt.Errorf("proxy-server has no agent for every node from the chart's DaemonSet %s/portside-proxy-agent: %s", ChartNamespace, last)
+		return fmt.Errorf("proxy-server has no agent for every node from %s DaemonSet %s/portside-proxy-agent: %s", who, ChartNamespace, last)
 	}
 	for _, n := range env.nodes {
 		last := ""
@@ -316,10 +320,10 @@ func waitChartAgents(ctx context.Context, s *stack, env *environment) error {
 			return true, nil
 		})
 		if err != nil {
-			return fmt.Errorf("kube-apiserver cannot reach the kubelet of %s through the chart's network proxy agent (DaemonSet %s/portside-proxy-agent): %s", n.name, ChartNamespace, last)
+			return fmt.Errorf("kube-apiserver cannot reach the kubelet of %s through %s network proxy agent (DaemonSet %s/portside-proxy-agent): %s", n.name, who, ChartNamespace, last)
 		}
 	}
-	s.p.step("network proxy", "the chart's agents serve all %s: kube-apiserver reaches each kubelet through them (%v)", plural(len(env.nodes), "node"), time.Since(began).Round(100*time.Millisecond))
+	s.p.step("network proxy", "%s agents serve all %s: kube-apiserver reaches each kubelet through them (%v)", who, plural(len(env.nodes), "node"), time.Since(began).Round(100*time.Millisecond))
 	return nil
 }
 

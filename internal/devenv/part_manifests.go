@@ -59,6 +59,15 @@ func installManifests(ctx context.Context, s *stack, env *environment) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if env.networkProxy {
+		// deploy/network-proxy's agents, dialing up's proxy-server at the
+		// VPC gateway; the server itself is up's, on this host.
+		agents, err := patchProxyAgentManifest(deploy.ProxyAgentManifest(), ref, env.realNet.gateway().String(), agentGatewayPort)
+		if err != nil {
+			return fmt.Errorf("deploy/network-proxy/proxy-agent.yaml: %w", err)
+		}
+		patched["proxy-agent.yaml"] = agents
+	}
 	for name, data := range patched {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return err
@@ -74,7 +83,54 @@ func installManifests(ctx context.Context, s *stack, env *environment) error {
 	}
 	s.p.step("ccm", "applied and rolled out in %v: %d CCM pods ready on the nodes (image %s)", time.Since(began).Round(100*time.Millisecond), p.Replicas, ref)
 	env.webhookURL = "service " + ChartNamespace + "/" + chartWebhookService
+	if env.networkProxy {
+		return waitChartAgents(ctx, s, env)
+	}
 	return nil
+}
+
+// patchProxyAgentManifest sets the agents' image and the proxy server's
+// host and port in deploy/network-proxy/proxy-agent.yaml, as its comments
+// tell an operator to; the other documents are kept as written.
+func patchProxyAgentManifest(data []byte, image, host string, port int) ([]byte, error) {
+	docs := strings.Split(string(data), "\n---\n")
+	found := false
+	for i, doc := range docs {
+		if !strings.Contains(doc, "\nkind: DaemonSet\n") {
+			continue
+		}
+		d := &appsv1.DaemonSet{}
+		if err := yaml.UnmarshalStrict([]byte(doc), d); err != nil {
+			return nil, err
+		}
+		j := slices.IndexFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "proxy-agent" })
+		if j < 0 {
+			return nil, fmt.Errorf("no container proxy-agent in DaemonSet %s", d.Name)
+		}
+		c := &d.Spec.Template.Spec.Containers[j]
+		c.Image = image
+		hostSet, portSet := false, false
+		for k, a := range c.Command {
+			switch {
+			case strings.HasPrefix(a, "--proxy-server-host="):
+				c.Command[k], hostSet = "--proxy-server-host="+host, true
+			case strings.HasPrefix(a, "--proxy-server-port="):
+				c.Command[k], portSet = fmt.Sprintf("--proxy-server-port=%d", port), true
+			}
+		}
+		if !hostSet || !portSet {
+			return nil, fmt.Errorf("DaemonSet %s's agent has no --proxy-server-host or --proxy-server-port to set", d.Name)
+		}
+		out, err := yaml.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		docs[i], found = string(out), true
+	}
+	if !found {
+		return nil, fmt.Errorf("no DaemonSet")
+	}
+	return []byte(strings.Join(docs, "\n---\n")), nil
 }
 
 func kubectl(ctx context.Context, env *environment, args ...string) error {

@@ -87,3 +87,33 @@ func TestPatchCCMManifests(t *testing.T) {
 		t.Errorf("a Deployment without the ccm container: %v", err)
 	}
 }
+
+func TestPatchProxyAgentManifest(t *testing.T) {
+	const img = "10.1.0.1:5000/portside/portside:v2"
+	out, err := patchProxyAgentManifest(deploy.ProxyAgentManifest(), img, "10.1.0.1", 8132)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(out), "\n---\n")
+	if len(docs) != 2 || !strings.Contains(docs[0], "kind: ServiceAccount") {
+		t.Fatalf("want the ServiceAccount kept and the DaemonSet, got %d documents", len(docs))
+	}
+	d := &appsv1.DaemonSet{}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), d); err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != img || !slices.Contains(c.Command, "--proxy-server-host=10.1.0.1") || !slices.Contains(c.Command, "--proxy-server-port=8132") {
+		t.Errorf("agent not patched: image %s, command %v", c.Image, c.Command)
+	}
+	for _, bad := range []struct{ name, doc string }{
+		{"no DaemonSet", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\n"},
+		{"no agent container", "apiVersion: v1\nkind: ServiceAccount\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      containers:\n        - name: other\n"},
+		{"no server flags", "apiVersion: v1\nkind: ServiceAccount\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      containers:\n        - name: proxy-agent\n          command: [/portside]\n"},
+		{"unknown field", "apiVersion: v1\nkind: ServiceAccount\n---\napiVersion: apps/v1\nkind: DaemonSet\nspec:\n  bogus: 1\n"},
+	} {
+		if _, err := patchProxyAgentManifest([]byte(bad.doc), img, "h", 1); err == nil {
+			t.Errorf("%s: no error", bad.name)
+		}
+	}
+}

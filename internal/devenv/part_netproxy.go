@@ -172,7 +172,7 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 		}
 		s.p.step("network proxy", "%s connected (pid %d), for dials to no node's address (default-route)", gatewayAgentID, p.PID())
 		if env.chartAgents() {
-			s.p.step("network proxy", "the nodes' agents come with the chart (DaemonSet %s/portside-proxy-agent, pod-bound tokens)", ChartNamespace)
+			s.p.step("network proxy", "the nodes' agents come with the install (DaemonSet %s/portside-proxy-agent, pod-bound tokens)", ChartNamespace)
 			return writeNetproxyState(env)
 		}
 		return waitNodeAgents(ctx, s, env)

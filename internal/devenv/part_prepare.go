@@ -25,11 +25,12 @@ const InstallPrepare = "prepare"
 // ChartValuesFile is where --install=prepare writes the chart's values.
 func ChartValuesFile(dataDir string) string { return filepath.Join(dataDir, "chart-values.yaml") }
 
-// chartAgents reports whether the nodes' network proxy agents are the
-// chart's DaemonSet (installed by up or, with prepare, by the operator)
-// rather than processes of each machine.
+// chartAgents reports whether the nodes' network proxy agents are a
+// DaemonSet (the chart's, installed by up or, with prepare, by the
+// operator; or deploy/network-proxy's with manifests) rather than processes
+// of each machine.
 func (env *environment) chartAgents() bool {
-	return env.install == InstallChart || env.install == InstallPrepare
+	return env.install == InstallChart || env.install == InstallPrepare || env.install == InstallManifests
 }
 
 // prepareChart replaces startCCM with --install=prepare.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -16,69 +15,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // migratedControllers are the CCM's names (upstream's, v1.31 on) of the
-// controllers leader migration hands over; the configuration's
-// cloud-node-lifecycle, route and service are their aliases.
-var migratedControllers = []string{"cloud-node-lifecycle-controller", "node-route-controller", "service-lb-controller"}
+// controllers leader migration hands over.
+var migratedControllers = testenv.MigratedControllers
 
-var (
-	becameLeader = regexp.MustCompile(`"Became leader; starting controllers".* lease="([^"]+)"`)
-	ctrlStarted  = regexp.MustCompile(`"Controller started" controller="([^"]+)"`)
-	leaseDone    = regexp.MustCompile(`"Shut down; lease released".* lease="([^"]+)"`)
-)
-
-// runningControllers reads a `portside ccm` log (one process's) and
-// returns the migrated controllers it runs, each with the lease it was
-// started under: a controller starts after "Became leader" of its lease
-// and stops when that lease is released.
-func runningControllers(log string) map[string]string {
-	running, lease := map[string]string{}, ""
-	for _, line := range strings.Split(log, "\n") {
-		if m := becameLeader.FindStringSubmatch(line); m != nil {
-			lease = m[1]
-		}
-		if m := ctrlStarted.FindStringSubmatch(line); m != nil && slices.Contains(migratedControllers, m[1]) {
-			running[m[1]] = lease
-		}
-		if m := leaseDone.FindStringSubmatch(line); m != nil {
-			for c, l := range running {
-				if l == m[1] {
-					delete(running, c)
-				}
-			}
-		}
-	}
-	return running
-}
-
-// TestRunningControllers: the watch's reading of a CCM log.
-func TestRunningControllers(t *testing.T) {
-	own := `I1 run.go:1] "Became leader; starting controllers" lease="cloud-controller-manager" identity="a"` + "\n" +
-		`I1 run.go:2] "Controller started" controller="cloud-node-controller"` + "\n"
-	mig := `I1 leader.go:1] "Became leader; starting controllers" lease="m" identity="a"` + "\n" +
-		`I1 run.go:2] "Controller started" controller="service-lb-controller"` + "\n" +
-		`I1 run.go:2] "Controller not started" controller="node-route-controller" reason="x"` + "\n" +
-		`I1 run.go:2] "Controller started" controller="cloud-node-lifecycle-controller"` + "\n"
-	for _, c := range []struct {
-		name, log string
-		want      map[string]string
-	}{
-		{"own lease only", own, map[string]string{}},
-		{"migration lease", own + mig, map[string]string{"service-lb-controller": "m", "cloud-node-lifecycle-controller": "m"}},
-		{"migration lease released", own + mig + `"Shut down; lease released" lease="m" identity="a"`, map[string]string{}},
-		{"own lease released", own + mig + `"Shut down; lease released" lease="cloud-controller-manager" identity="a"`,
-			map[string]string{"service-lb-controller": "m", "cloud-node-lifecycle-controller": "m"}},
-		{"all under the own lease", own + `"Controller started" controller="node-route-controller"`, map[string]string{"node-route-controller": "cloud-controller-manager"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := runningControllers(c.log); fmt.Sprint(got) != fmt.Sprint(c.want) {
-				t.Errorf("got %v, want %v", got, c.want)
-			}
-		})
-	}
-}
+func runningControllers(log string) map[string]string { return testenv.RunningControllers(log) }
 
 // controllerWatch samples, every 100 ms, which CCM process runs each
 // migrated controller (from its log; kube-controller-manager v1.37 has

@@ -512,9 +512,19 @@ func TestUpInstallManifests(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no registry line in up's output:\n%s", out)
 	}
-	if img := ccmPodImages(t, kube, 2); !strings.HasPrefix(img, m[1]+"/"+image.DefaultRepository+":") {
+	img := ccmPodImages(t, kube, 2)
+	if !strings.HasPrefix(img, m[1]+"/"+image.DefaultRepository+":") {
 		t.Errorf("the CCM pods run %s, not an image of the cloud's registry %s", img, m[1])
 	}
+	// deploy/network-proxy's agents, the same image: kube-apiserver reaches
+	// the kubelets through them.
+	if !strings.Contains(out, "deploy/network-proxy's agents serve all 2 nodes") {
+		t.Errorf("up did not wait for deploy/network-proxy's agents:\n%s", out)
+	}
+	if got := podImages(t, kube, agentSelector, 2); got != img {
+		t.Errorf("the network proxy agents run %s, not the CCM's image %s", got, img)
+	}
+	checkLogsThroughAgents(t, kube)
 	// No Helm release: the plain manifests' objects only.
 	secrets, err := kube.CoreV1().Secrets(devenv.ChartNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm"})
 	if err != nil || len(secrets.Items) != 0 {
