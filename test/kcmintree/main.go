@@ -49,6 +49,8 @@ import (
 	"k8s.io/cloud-provider/controllers/route"
 	"k8s.io/cloud-provider/controllers/service"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	// The controllers read their gates (route's watch-based reconciliation).
+	_ "k8s.io/controller-manager/pkg/features/register"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/controller-manager/pkg/leadermigration"
 	lmconfig "k8s.io/controller-manager/pkg/leadermigration/config"

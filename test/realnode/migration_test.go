@@ -162,7 +162,18 @@ func TestLeaderMigrationToChart(t *testing.T) {
 			runsAll("before you begin", id, migrate.LeaseKCM)
 			deployHello(t, kube)
 			newService("hello")
-			traffic = startTraffic(serviceVIP(t, kube, "demo", "hello") + ":8080")
+			// The client starts once the new load balancer serves (its
+			// health checks passed): what follows is the migration's.
+			vip := serviceVIP(t, kube, "demo", "hello")
+			testenv.Eventually(t, time.Minute, "the VIP "+vip+" to answer 10 requests in a row", func() (bool, string) {
+				for i := range 10 {
+					if _, err := getFresh("http://" + vip + ":8080/hostname"); err != nil {
+						return false, fmt.Sprintf("request %d: %v", i+1, err)
+					}
+				}
+				return true, ""
+			})
+			traffic = startTraffic(vip + ":8080")
 			lbsN = cloudLBs(t, cloud)
 		}},
 		{"Grant access to the migration lease", func(t *testing.T, s migrate.PlanStep) {
@@ -221,7 +232,12 @@ func TestLeaderMigrationToChart(t *testing.T) {
 				h := holder(migrate.LeaseCCM)
 				return isCCM(h), h
 			})
-			// Version N holds the migration lease: it still runs them all.
+			// Version N holds the migration lease: it still runs them all,
+			// and the CCM's pods (their logs read) none.
+			testenv.Eventually(t, time.Minute, "a sample that read both CCM pods' logs", func() (bool, string) {
+				n := w.lastLogs()
+				return n == 2, fmt.Sprintf("%d read", n)
+			})
 			newService("with-ccm-standing-by")
 			runsAll("deploy the cloud-controller-manager", "kcm-n-2", migrate.LeaseMigration)
 			for _, f := range check().Findings {
@@ -280,16 +296,16 @@ func TestLeaderMigrationToChart(t *testing.T) {
 		}
 	}
 	ok, failed := traffic.stop()
-	overlaps, samples := w.stop()
-	t.Logf("%d requests through the VIP during the migration, %d failed; %d samples of who runs what; Services' ingress: %s", ok, len(failed), samples, strings.Join(ingress, ", "))
+	overlaps, samples, podLogs := w.stop()
+	t.Logf("%d requests through the VIP during the migration, %d failed; %d samples of who runs what (%d CCM pod logs read); Services' ingress: %s", ok, len(failed), samples, podLogs, strings.Join(ingress, ", "))
 	if len(failed) > 0 {
 		t.Errorf("%d of %d requests failed, e.g. %v", len(failed), ok+len(failed), failed[:min(3, len(failed))])
 	}
 	if len(overlaps) > 0 {
 		t.Errorf("two processes ran a migrated controller at once: %v", overlaps)
 	}
-	if samples < 20 {
-		t.Errorf("only %d samples of who runs the controllers", samples)
+	if samples < 20 || podLogs < 10 {
+		t.Errorf("only %d samples of who runs the controllers, %d CCM pod logs read", samples, podLogs)
 	}
 	// Version N's load balancer adopted: same name, VIP and creation time.
 	after := cloudLBs(t, cloud)
@@ -369,8 +385,10 @@ type runnerWatch struct {
 	hosts    map[string]*proc.Process
 	stopping map[string]bool
 	last     map[string][]string
+	lastRead int
 	overlaps []string
 	samples  int
+	podLogs  int // CCM pod logs read: a pod whose log cannot be read is not seen
 	stopc    chan struct{}
 	done     chan struct{}
 }
@@ -378,7 +396,7 @@ type runnerWatch struct {
 func newRunnerWatch(t *testing.T, kube kubernetes.Interface) *runnerWatch {
 	w := &runnerWatch{kube: kube, hosts: map[string]*proc.Process{}, stopping: map[string]bool{}, stopc: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
-	t.Cleanup(func() { w.stop() })
+	t.Cleanup(func() { _, _, _ = w.stop() })
 	return w
 }
 
@@ -405,9 +423,11 @@ func (w *runnerWatch) run() {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
-		now := w.sample()
+		now, logs := w.sample()
 		w.mu.Lock()
 		w.samples++
+		w.podLogs += logs
+		w.lastRead = logs
 		w.last = now
 		for c, who := range now {
 			if len(who) > 1 {
@@ -418,10 +438,12 @@ func (w *runnerWatch) run() {
 	}
 }
 
-// sample returns, per migrated controller, its runners as <who>@<lease>.
-func (w *runnerWatch) sample() map[string][]string {
+// sample returns, per migrated controller, its runners as <who>@<lease>,
+// and how many CCM pod logs it read.
+func (w *runnerWatch) sample() (map[string][]string, int) {
 	ctx := context.Background()
 	out := map[string][]string{}
+	read := 0
 	pods, err := w.kube.CoreV1().Pods(devenv.ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: ccmSelector})
 	if err == nil {
 		for _, p := range pods.Items {
@@ -429,6 +451,7 @@ func (w *runnerWatch) sample() map[string][]string {
 			if err != nil {
 				continue // gone, or not started: it runs nothing that counts
 			}
+			read++
 			for c, lease := range testenv.RunningControllers(string(log)) {
 				out[c] = append(out[c], p.Name+"@"+lease)
 			}
@@ -454,7 +477,7 @@ func (w *runnerWatch) sample() map[string][]string {
 			out[c] = append(out[c], id+"@"+lease)
 		}
 	}
-	return out
+	return out, read
 }
 
 func (w *runnerWatch) runners() map[string][]string {
@@ -463,7 +486,14 @@ func (w *runnerWatch) runners() map[string][]string {
 	return w.last
 }
 
-func (w *runnerWatch) stop() ([]string, int) {
+// lastLogs is how many CCM pod logs the last sample read.
+func (w *runnerWatch) lastLogs() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastRead
+}
+
+func (w *runnerWatch) stop() ([]string, int, int) {
 	select {
 	case <-w.stopc:
 	default:
@@ -472,5 +502,5 @@ func (w *runnerWatch) stop() ([]string, int) {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.overlaps, w.samples
+	return w.overlaps, w.samples, w.podLogs
 }
