@@ -1,9 +1,18 @@
 package testenv
 
 import (
+	"context"
+	"encoding/json"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/portside-io/portside/internal/migrate"
 )
 
 // MigratedControllers are the CCM's names (upstream's, v1.31 on) of the
@@ -40,4 +49,26 @@ func RunningControllers(log string) map[string]string {
 		}
 	}
 	return running
+}
+
+// MigrateCheck runs `portside migrate check -o json` (bin) against
+// kubeconfig, writing the leader-migration files into files, and returns
+// its report: the plan the leader-migration tests follow.
+func MigrateCheck(t testing.TB, bin, kubeconfig, files string) *migrate.Report {
+	t.Helper()
+	out, err := exec.Command(bin, "migrate", "check", "--kubeconfig="+kubeconfig, "-o", "json", "--write-leader-migration-config="+files).Output()
+	var rep migrate.Report
+	if jerr := json.Unmarshal(out, &rep); jerr != nil {
+		t.Fatalf("portside migrate check: %v, %v\n%s", err, jerr, out)
+	}
+	return &rep
+}
+
+// LeaseHolder returns the holder of Lease kube-system/name ("" when none).
+func LeaseHolder(ctx context.Context, client kubernetes.Interface, name string) string {
+	l, err := client.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }

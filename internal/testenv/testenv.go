@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/portside-io/portside/internal/controlplane"
+	"github.com/portside-io/portside/internal/proc"
 )
 
 var (
@@ -161,4 +162,22 @@ func StartControlPlane(t testing.TB, opts controlplane.Options) *controlplane.Co
 	t.Cleanup(cp.Stop)
 	t.Logf("kube-apiserver %s ready in %v (pids %v)", cp.URL, time.Since(start).Round(time.Millisecond), cp.PIDs())
 	return cp
+}
+
+// StartProcess starts bin as proc.Start does, logging to logPath, and
+// stops it (grace, then SIGKILL) when the test ends, printing its log's
+// tail if the test failed.
+func StartProcess(t testing.TB, name, bin string, args []string, logPath string, grace time.Duration) *proc.Process {
+	t.Helper()
+	p, err := proc.Start(name, bin, args, nil, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(grace)
+		if t.Failed() {
+			t.Logf("%s's log:\n%s", name, p.LogTail(60))
+		}
+	})
+	return p
 }

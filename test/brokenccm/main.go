@@ -29,11 +29,7 @@ const name = "broken-local"
 
 func main() {
 	cloud.MustRegister(name, func(_ context.Context, config io.Reader) (cloud.Provider, error) {
-		cfg, err := local.ParseConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		p, err := local.NewFromConfig(cfg)
+		p, err := local.NewFromReader(config)
 		if err != nil {
 			return nil, err
 		}

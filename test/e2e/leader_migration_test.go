@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -90,22 +89,8 @@ func TestLeaderMigrationFromKubeControllerManager(t *testing.T) {
 		}
 		return string(out)
 	}
-	check := func() *migrate.Report {
-		t.Helper()
-		out, err := exec.Command(bin, "migrate", "check", "--kubeconfig="+cp.KubeconfigPath, "-o", "json", "--write-leader-migration-config="+files).Output()
-		var rep migrate.Report
-		if jerr := json.Unmarshal(out, &rep); jerr != nil {
-			t.Fatalf("portside migrate check: %v, %v\n%s", err, jerr, out)
-		}
-		return &rep
-	}
-	holder := func(name string) string {
-		l, err := admin.CoordinationV1().Leases("kube-system").Get(ctx, name, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
+	check := func() *migrate.Report { return testenv.MigrateCheck(t, bin, cp.KubeconfigPath, files) }
+	holder := func(name string) string { return testenv.LeaseHolder(ctx, admin, name) }
 	expiry := func(name string, d time.Duration) time.Time {
 		l, err := admin.CoordinationV1().Leases("kube-system").Get(ctx, name, metav1.GetOptions{})
 		if err != nil || l.Spec.RenewTime == nil {
@@ -163,16 +148,7 @@ func TestLeaderMigrationFromKubeControllerManager(t *testing.T) {
 			// --write-leader-migration-config, where the test can write.
 			args = append(args, "--enable-leader-migration", "--leader-migration-config="+filepath.Join(files, "ccm.yaml"))
 		}
-		p, err := proc.Start(name, bin, args, nil, filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.Stop(10 * time.Second)
-			if t.Failed() {
-				t.Logf("%s's log:\n%s", name, p.LogTail(60))
-			}
-		})
+		p := testenv.StartProcess(t, name, bin, args, filepath.Join(dir, name+".log"), 10*time.Second)
 		w.add(name, p)
 		return name, p
 	}

@@ -49,9 +49,9 @@ import (
 	"k8s.io/cloud-provider/controllers/route"
 	"k8s.io/cloud-provider/controllers/service"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	"k8s.io/controller-manager/pkg/clientbuilder"
 	// The controllers read their gates (route's watch-based reconciliation).
 	_ "k8s.io/controller-manager/pkg/features/register"
-	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/controller-manager/pkg/leadermigration"
 	lmconfig "k8s.io/controller-manager/pkg/leadermigration/config"
 	"k8s.io/klog/v2"
@@ -110,11 +110,7 @@ type runOptions struct {
 
 func init() {
 	cloudprovider.RegisterCloudProvider(local.ProviderName, func(config io.Reader) (cloudprovider.Interface, error) {
-		cfg, err := local.ParseConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		p, err := local.NewFromConfig(cfg)
+		p, err := local.NewFromReader(config)
 		if err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package realnode_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,39 +70,16 @@ func TestLeaderMigrationToChart(t *testing.T) {
 	cloud := cloudClient(t, filepath.Join(data, "cloud"))
 	dir := t.TempDir()
 	files := filepath.Join(dir, "leader-migration")
-	check := func() *migrate.Report {
-		t.Helper()
-		out, err := exec.Command(testbin.Portside(t), "migrate", "check", "--kubeconfig="+kubeconfig, "-o", "json", "--write-leader-migration-config="+files).Output()
-		var rep migrate.Report
-		if jerr := json.Unmarshal(out, &rep); jerr != nil {
-			t.Fatalf("portside migrate check: %v, %v\n%s", err, jerr, out)
-		}
-		return &rep
-	}
-	holder := func(name string) string {
-		l, err := kube.CoordinationV1().Leases("kube-system").Get(ctx, name, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
+	check := func() *migrate.Report { return testenv.MigrateCheck(t, testbin.Portside(t), kubeconfig, files) }
+	holder := func(name string) string { return testenv.LeaseHolder(ctx, kube, name) }
 	w := newRunnerWatch(t, kube)
 	n := 0
 	startN := func(extra ...string) (string, *proc.Process) {
 		t.Helper()
 		n++
 		id := fmt.Sprintf("kcm-n-%d", n)
-		p, err := proc.Start(id, kcmBin, append([]string{"--kubeconfig=" + kubeconfig, "--cloud-config=" + filepath.Join(data, "ccm", "cloud.yaml"),
-			"--cluster-cidr=" + clusterCIDR, "--leader-elect-identity=" + id}, extra...), nil, filepath.Join(dir, id+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.Stop(20 * time.Second)
-			if t.Failed() {
-				t.Logf("%s's log:\n%s", id, p.LogTail(40))
-			}
-		})
+		p := testenv.StartProcess(t, id, kcmBin, append([]string{"--kubeconfig=" + kubeconfig, "--cloud-config=" + filepath.Join(data, "ccm", "cloud.yaml"),
+			"--cluster-cidr=" + clusterCIDR, "--leader-elect-identity=" + id}, extra...), filepath.Join(dir, id+".log"), 20*time.Second)
 		w.addHost(id, p)
 		return id, p
 	}

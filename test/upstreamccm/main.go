@@ -26,11 +26,7 @@ import (
 
 func init() {
 	cloudprovider.RegisterCloudProvider(local.ProviderName, func(config io.Reader) (cloudprovider.Interface, error) {
-		cfg, err := local.ParseConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		p, err := local.NewFromConfig(cfg)
+		p, err := local.NewFromReader(config)
 		if err != nil {
 			return nil, err
 		}

@@ -34,12 +34,19 @@ const CSIDriver = "volumes.local.portside.io"
 
 func init() {
 	cloud.MustRegister(ProviderName, func(_ context.Context, config io.Reader) (cloud.Provider, error) {
-		cfg, err := ParseConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		return NewFromConfig(cfg)
+		return NewFromReader(config)
 	})
+}
+
+// NewFromReader is ParseConfig and NewFromConfig: what a provider factory
+// (this package's, or one wrapping the local provider) does with its
+// --cloud-config.
+func NewFromReader(config io.Reader) (*Provider, error) {
+	cfg, err := ParseConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromConfig(cfg)
 }
 
 // Config is the local provider's --cloud-config.

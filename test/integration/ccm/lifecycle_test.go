@@ -284,11 +284,7 @@ var instanceOutcomes = &outcomeLog{byNode: map[string]map[string]int{}}
 
 func init() {
 	cloud.MustRegister(timeoutProviderName, func(_ context.Context, config io.Reader) (cloud.Provider, error) {
-		cfg, err := local.ParseConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		p, err := local.NewFromConfig(cfg)
+		p, err := local.NewFromReader(config)
 		if err != nil {
 			return nil, err
 		}
