@@ -84,6 +84,25 @@ func uplinkAddrs(p netip.Prefix) (host, router netip.Addr, err error) {
 	return base.Next(), base.Next().Next(), nil
 }
 
+// uplinkAddrs6 checks an IPv6 subnet and uplink and gives the host's and
+// the router's uplink addresses: the uplink's first two after its network
+// address.
+func uplinkAddrs6(subnet, uplink Range) (host, router netip.Addr, err error) {
+	for _, r := range []Range{subnet, uplink} {
+		if !r.Prefix.IsValid() || !r.Prefix.Addr().Is6() || r.Prefix.Addr().Is4In6() {
+			return host, router, fmt.Errorf("%s %v: a dual-stack VPC needs an IPv6 subnet and an IPv6 uplink", r.Flag, r.Prefix)
+		}
+	}
+	if b := subnet.Prefix.Bits(); b < 64 || b > 120 {
+		return host, router, fmt.Errorf("%s %s: want an IPv6 /64 to /120", subnet.Flag, subnet.Prefix)
+	}
+	if b := uplink.Prefix.Bits(); b < 64 || b > 126 {
+		return host, router, fmt.Errorf("%s %s: want an IPv6 /64 to /126", uplink.Flag, uplink.Prefix)
+	}
+	base := uplink.Prefix.Masked().Addr()
+	return base.Next(), base.Next().Next(), nil
+}
+
 // gateway is a subnet's gateway: its first usable address, on the router's
 // bridge, as in a cloud's VPC.
 func gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }

@@ -106,3 +106,36 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+func TestUplinkAddrs6(t *testing.T) {
+	p := netip.MustParsePrefix
+	sub := Range{p("fd12:3456:789a::/64"), "--vpc-subnet6"}
+	for _, tc := range []struct {
+		name         string
+		subnet, up   Range
+		host, router string
+		wantErr      string
+	}{
+		{"a /126 uplink", sub, Range{p("fd12:3456:789a:ffff::/126"), "--vpc-uplink6"}, "fd12:3456:789a:ffff::1", "fd12:3456:789a:ffff::2", ""},
+		{"a /64 uplink", sub, Range{p("fd12:3456:789a:fffe::/64"), "--vpc-uplink6"}, "fd12:3456:789a:fffe::1", "fd12:3456:789a:fffe::2", ""},
+		{"no uplink", sub, Range{Flag: "--vpc-uplink6"}, "", "", "--vpc-uplink6 invalid Prefix: a dual-stack VPC needs an IPv6 subnet and an IPv6 uplink"},
+		{"no subnet", Range{Flag: "--vpc-subnet6"}, Range{p("fd12:3456:789a:ffff::/126"), "--vpc-uplink6"}, "", "", "--vpc-subnet6 invalid Prefix"},
+		{"an IPv4 uplink", sub, Range{p("198.18.3.252/30"), "--vpc-uplink6"}, "", "", "needs an IPv6 subnet and an IPv6 uplink"},
+		{"an IPv4-mapped subnet", Range{p("::ffff:198.18.0.0/120"), "--vpc-subnet6"}, Range{p("fd12:3456:789a:ffff::/126"), "--vpc-uplink6"}, "", "", "needs an IPv6 subnet"},
+		{"a subnet too large", Range{p("fd12:3456:789a::/48"), "--vpc-subnet6"}, Range{p("fd12:3456:789a:ffff::/126"), "--vpc-uplink6"}, "", "", "want an IPv6 /64 to /120"},
+		{"an uplink too small", sub, Range{p("fd12:3456:789a:ffff::/127"), "--vpc-uplink6"}, "", "", "want an IPv6 /64 to /126"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, r, err := uplinkAddrs6(tc.subnet, tc.up)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || h.String() != tc.host || r.String() != tc.router {
+				t.Errorf("= %v, %v, %v; want %s, %s", h, r, err, tc.host, tc.router)
+			}
+		})
+	}
+}

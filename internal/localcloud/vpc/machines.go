@@ -18,6 +18,11 @@ func (nw *Network) Attach(i int, machineNetns string, addr netip.Addr) error {
 	}
 	link := machineLink(nw.cfg.ID, i)
 	r := nw.n.router
+	if nw.gw6.IsValid() {
+		if err := noDAD(machineNetns); err != nil {
+			return err
+		}
+	}
 	if err := nw.rec.add(object{Kind: "link", Name: link, Netns: r}); err != nil {
 		return err
 	}
@@ -36,11 +41,39 @@ func (nw *Network) Attach(i int, machineNetns string, addr netip.Addr) error {
 	return nil
 }
 
+// Attach6 gives machine i, attached already, its IPv6 address addr on
+// eth0 and its IPv6 default route via the IPv6 gateway.
+func (nw *Network) Attach6(machineNetns string, addr netip.Addr) error {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if !nw.gw6.IsValid() {
+		return fmt.Errorf("machine address %s: the VPC has no IPv6 subnet", addr)
+	}
+	if !nw.cfg.Subnet6.Prefix.Contains(addr) || addr == nw.gw6 || addr == nw.cfg.Subnet6.Prefix.Masked().Addr() {
+		return fmt.Errorf("machine address %s: not a host address of the VPC's IPv6 subnet %s (gateway %s)", addr, nw.cfg.Subnet6.Prefix, nw.gw6)
+	}
+	for _, s := range [][]string{
+		{"-n", machineNetns, "addr", "add", prefixOf(addr, nw.cfg.Subnet6.Prefix), "dev", "eth0", "nodad"},
+		{"-n", machineNetns, "-6", "route", "add", "default", "via", nw.gw6.String()},
+	} {
+		if err := ip(s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Detach unplugs machine i (its namespace may be gone already).
 func (nw *Network) Detach(i int) error {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	return absentOK(ip("-n", nw.n.router, "link", "del", machineLink(nw.cfg.ID, i)))
+}
+
+// rawRoute is a route as `ip -j route show` gives it.
+type rawRoute struct {
+	Dst     string `json:"dst"`
+	Gateway string `json:"gateway"`
 }
 
 // Route is a kernel route in the VPC router: Dst via a machine.
@@ -52,8 +85,12 @@ type Route struct {
 // SetRoute makes the router send dst via a machine's address, as a VPC
 // route table entry does (replacing an earlier route for dst).
 func (nw *Network) SetRoute(dst netip.Prefix, via netip.Addr) error {
-	if !nw.cfg.Subnet.Prefix.Contains(via) {
-		return fmt.Errorf("route %s via %s: the next hop is not in the VPC subnet %s", dst, via, nw.cfg.Subnet.Prefix)
+	subnet := nw.cfg.Subnet.Prefix
+	if dst.Addr().Is6() {
+		subnet = nw.cfg.Subnet6.Prefix
+	}
+	if !subnet.IsValid() || !subnet.Contains(via) || dst.Addr().Is6() != via.Is6() {
+		return fmt.Errorf("route %s via %s: the next hop is not in the VPC subnet of its family %v", dst, via, subnet)
 	}
 	return ip("-n", nw.n.router, "route", "replace", dst.Masked().String(), "via", via.String(), "proto", "static")
 }
@@ -65,12 +102,16 @@ func (nw *Network) DeleteRoute(dst netip.Prefix) error {
 
 // Routes lists the router's routes via machines.
 func (nw *Network) Routes() ([]Route, error) {
-	var raw []struct {
-		Dst     string `json:"dst"`
-		Gateway string `json:"gateway"`
-	}
+	var raw []rawRoute
 	if err := ipJSON(&raw, "-n", nw.n.router, "route", "show", "proto", "static"); err != nil {
 		return nil, err
+	}
+	if nw.gw6.IsValid() {
+		var raw6 []rawRoute
+		if err := ipJSON(&raw6, "-n", nw.n.router, "-6", "route", "show", "proto", "static"); err != nil {
+			return nil, err
+		}
+		raw = append(raw, raw6...)
 	}
 	var out []Route
 	for _, r := range raw {

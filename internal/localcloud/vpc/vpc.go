@@ -37,6 +37,12 @@ type Config struct {
 	Subnet Range
 	// Uplink is the host↔router link's /30 (or /29, /31).
 	Uplink Range
+	// Subnet6 and Uplink6 make the VPC dual-stack (zero: IPv4 only): the
+	// machines' IPv6 network, whose first address is the IPv6 gateway on
+	// the bridge, and the uplink's IPv6 prefix (a /64 to /126). Routed,
+	// Local and Covered may then hold IPv6 ranges: the host sends those via
+	// the router's IPv6 uplink address.
+	Subnet6, Uplink6 Range
 	// Routed are more ranges the host sends into the VPC (pod CIDRs, VIPs).
 	Routed []Range
 	// Local are ranges of Routed that are the router's own addresses, all
@@ -59,6 +65,8 @@ type Network struct {
 	gw     netip.Addr
 	router netip.Addr // the router's uplink address: the host's next hop
 	host   netip.Addr // the host's uplink address
+	// The same for IPv6 (invalid when the VPC is IPv4 only).
+	gw6, router6, host6 netip.Addr
 	// vipRules are the routed VIPs' rules in the router (vips.go).
 	vipRules map[netip.Addr][][]string
 }
@@ -78,7 +86,18 @@ func Up(ctx context.Context, cfg Config) (*Network, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Uplink.Flag, err)
 	}
 	inner := []netip.Prefix{cfg.Subnet.Prefix, cfg.Uplink.Prefix}
+	var gw6, host6, router6 netip.Addr
+	if cfg.Subnet6.Prefix.IsValid() || cfg.Uplink6.Prefix.IsValid() {
+		if host6, router6, err = uplinkAddrs6(cfg.Subnet6, cfg.Uplink6); err != nil {
+			return nil, err
+		}
+		gw6 = gateway(cfg.Subnet6.Prefix)
+		inner = append(inner, cfg.Subnet6.Prefix, cfg.Uplink6.Prefix)
+	}
 	for _, r := range cfg.Routed {
+		if r.Prefix.Addr().Is6() && !gw6.IsValid() {
+			return nil, fmt.Errorf("%s %s: an IPv6 range needs an IPv6 VPC (give it an IPv6 subnet and uplink)", r.Flag, r.Prefix)
+		}
 		inner = append(inner, r.Prefix)
 	}
 	if p, ok := coveredBy(inner, cfg.Covered); !ok {
@@ -95,7 +114,8 @@ func Up(ctx context.Context, cfg Config) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
-	nw := &Network{cfg: cfg, n: n, rec: rec, gw: gateway(cfg.Subnet.Prefix), router: routerAddr, host: hostAddr}
+	nw := &Network{cfg: cfg, n: n, rec: rec, gw: gateway(cfg.Subnet.Prefix), router: routerAddr, host: hostAddr,
+		gw6: gw6, router6: router6, host6: host6}
 	if err := nw.build(); err != nil {
 		if derr := Down(context.Background(), cfg.StateFile); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
@@ -128,6 +148,11 @@ func (nw *Network) build() error {
 	if err := nw.rec.setIdent("netns", n.router, ino); err != nil {
 		return err
 	}
+	if nw.gw6.IsValid() {
+		if err := noDAD(n.router); err != nil {
+			return err
+		}
+	}
 	if err := nw.rec.add(object{Kind: "link", Name: n.hostUplink}); err != nil {
 		return err
 	}
@@ -138,7 +163,10 @@ func (nw *Network) build() error {
 		{"-n", n.router, "link", "set", "lo", "up"},
 		{"-n", n.router, "addr", "add", prefixOf(nw.router, cfg.Uplink.Prefix), "dev", n.routerUplink},
 		{"-n", n.router, "link", "set", n.routerUplink, "up"},
-		{"-n", n.router, "link", "add", n.bridge, "type", "bridge"},
+		// No multicast snooping: IPv6 finds neighbours by multicast, and a
+		// snooping bridge drops the solicitations for a port that has not
+		// reported its groups yet (seconds after it joins).
+		{"-n", n.router, "link", "add", n.bridge, "type", "bridge", "mcast_snooping", "0"},
 		{"-n", n.router, "addr", "add", prefixOf(nw.gw, cfg.Subnet.Prefix), "dev", n.bridge},
 		{"-n", n.router, "link", "set", n.bridge, "up"},
 	}
@@ -161,6 +189,11 @@ func (nw *Network) build() error {
 	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv4.ip_forward", "1"); err != nil {
 		return fmt.Errorf("switching on forwarding in the VPC router: %w", err)
 	}
+	if nw.gw6.IsValid() {
+		if err := nw.build6(); err != nil {
+			return err
+		}
+	}
 	for _, l := range cfg.Local {
 		// A local route makes the whole range the router's, with no address
 		// per VIP; the namespace going removes it.
@@ -171,9 +204,51 @@ func (nw *Network) build() error {
 	if err := nw.routeVIPsSetup(); err != nil {
 		return err
 	}
-	for _, r := range append([]Range{cfg.Subnet}, cfg.Routed...) {
-		if err := nw.addRoute("", r.Prefix.String(), "via", nw.router.String(), "dev", n.hostUplink, "metric", routeMetric, "proto", RouteProto); err != nil {
+	into := append([]Range{cfg.Subnet}, cfg.Routed...)
+	if nw.gw6.IsValid() {
+		into = append(into, cfg.Subnet6)
+	}
+	for _, r := range into {
+		via := nw.router
+		if r.Prefix.Addr().Is6() {
+			via = nw.router6
+		}
+		if err := nw.addRoute("", r.Prefix.String(), "via", via.String(), "dev", n.hostUplink, "metric", routeMetric, "proto", RouteProto); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// build6 gives the uplink and the bridge their IPv6 addresses (nodad: a
+// VPC's addresses are its own, and duplicate detection would only delay
+// them) and switches on IPv6 forwarding in the router, its own namespace.
+func (nw *Network) build6() error {
+	n, cfg := nw.n, nw.cfg
+	for _, s := range [][]string{
+		{"addr", "add", prefixOf(nw.host6, cfg.Uplink6.Prefix), "dev", n.hostUplink, "nodad"},
+		{"-n", n.router, "addr", "add", prefixOf(nw.router6, cfg.Uplink6.Prefix), "dev", n.routerUplink, "nodad"},
+		{"-n", n.router, "addr", "add", prefixOf(nw.gw6, cfg.Subnet6.Prefix), "dev", n.bridge, "nodad"},
+	} {
+		if err := ip(s...); err != nil {
+			return err
+		}
+	}
+	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv6.conf.all.forwarding", "1"); err != nil {
+		return fmt.Errorf("switching on IPv6 forwarding in the VPC router: %w", err)
+	}
+	return nil
+}
+
+// noDAD switches off IPv6 duplicate address detection for the links a
+// namespace of the VPC is about to get (its default, before they are made):
+// every address in a VPC is the cloud's to give, and detection would keep
+// a new link's link-local address tentative for up to two seconds, during
+// which its machine cannot be reached. Per namespace, never the host's.
+func noDAD(netns string) error {
+	for _, key := range []string{"net.ipv6.conf.default.accept_dad", "net.ipv6.conf.all.accept_dad"} {
+		if err := writeSysctlIn(NetnsPath(netns), key, "0"); err != nil {
+			return fmt.Errorf("%s in %s: %w", key, netns, err)
 		}
 	}
 	return nil
@@ -204,6 +279,12 @@ func (nw *Network) RouterNetns() string { return NetnsPath(nw.n.router) }
 
 // Subnet is the machines' network.
 func (nw *Network) Subnet() netip.Prefix { return nw.cfg.Subnet.Prefix }
+
+// Gateway6 and Subnet6 are the IPv6 ones (invalid: the VPC is IPv4 only).
+func (nw *Network) Gateway6() netip.Addr { return nw.gw6 }
+
+// Subnet6 is the machines' IPv6 network.
+func (nw *Network) Subnet6() netip.Prefix { return nw.cfg.Subnet6.Prefix }
 
 func prefixOf(a netip.Addr, p netip.Prefix) string {
 	return netip.PrefixFrom(a, p.Bits()).String()
