@@ -115,7 +115,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 			if opts.Regions, err = parseRegions(regions); err != nil {
 				return err
 			}
-			if opts.Machines, err = machines.options(opts.DataDir, opts.NodePoolV4); err != nil {
+			if opts.Machines, err = machines.options(opts.DataDir, opts.NodePoolV4, opts.NodePoolV6); err != nil {
 				return err
 			}
 			opts.Ready = func(endpoint string) {

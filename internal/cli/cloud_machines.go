@@ -17,6 +17,7 @@ import (
 type machineFlags struct {
 	mode          string
 	uplink        string
+	uplink6       string
 	routed, cover []string
 	local         []string
 	expose        []string
@@ -25,6 +26,7 @@ type machineFlags struct {
 func (m *machineFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&m.mode, "machines", "none", "none: instances are records; real: instances created with user data boot as real machines (network and mount namespaces, nested cgroups) in the cloud's VPC, whose subnet is --node-pool (needs root)")
 	fl.StringVar(&m.uplink, "vpc-uplink", "", "with --machines=real: the host↔VPC-router link, an IPv4 /30 inside a --vpc-cover range")
+	fl.StringVar(&m.uplink6, "vpc-uplink6", "", "with --machines=real: makes the VPC dual-stack: the host↔router link's IPv6 prefix (a /64 to /126 inside a --vpc-cover range); the machines' IPv6 subnet is then --node-pool-v6 (a /64 to /120, covered too), and instances created with ipv6 get an address of each family")
 	fl.StringSliceVar(&m.routed, "vpc-route", nil, "with --machines=real: more ranges the host sends into the VPC (pod CIDRs, VIPs); repeatable")
 	fl.StringSliceVar(&m.local, "vpc-local", nil, "with --machines=real: a --vpc-route range the VPC router owns whole (the load balancers' VIPs, which the cloud then serves in the router, for the host and the machines alike); repeatable")
 	fl.StringSliceVar(&m.expose, "vpc-expose", nil, "with --machines=real: <port>=<host:port> serves a loopback service of the host to the machines at the VPC gateway's port (kube-apiserver, say); repeatable")
@@ -32,7 +34,7 @@ func (m *machineFlags) add(fl *pflag.FlagSet) {
 }
 
 // options turns the flags into the hypervisor's options (nil: none).
-func (m *machineFlags) options(dataDir string, nodePool netip.Prefix) (*hypervisor.Options, error) {
+func (m *machineFlags) options(dataDir string, nodePool, nodePool6 netip.Prefix) (*hypervisor.Options, error) {
 	switch m.mode {
 	case "", "none":
 		return nil, nil
@@ -83,10 +85,19 @@ func (m *machineFlags) options(dataDir string, nodePool netip.Prefix) (*hypervis
 	if err != nil {
 		return nil, err
 	}
-	return &hypervisor.Options{Dir: dir, VPC: vpc.Config{
+	cfg := vpc.Config{
 		ID:     vpc.IDFor(dir),
 		Subnet: vpc.Range{Prefix: nodePool, Flag: "--node-pool"},
 		Uplink: vpc.Range{Prefix: up, Flag: "--vpc-uplink"},
 		Routed: routed, Covered: cover, Local: local,
-	}, Expose: expose}, nil
+	}
+	if m.uplink6 != "" {
+		up6, err := netip.ParsePrefix(m.uplink6)
+		if err != nil || !up6.Addr().Is6() {
+			return nil, fmt.Errorf("--vpc-uplink6 %q: want an IPv6 prefix such as fd12:3456:789a:ffff::/126", m.uplink6)
+		}
+		cfg.Subnet6 = vpc.Range{Prefix: nodePool6, Flag: "--node-pool-v6"}
+		cfg.Uplink6 = vpc.Range{Prefix: up6, Flag: "--vpc-uplink6"}
+	}
+	return &hypervisor.Options{Dir: dir, VPC: cfg, Expose: expose}, nil
 }

@@ -23,6 +23,10 @@ type BootConfig struct {
 	// address.
 	NodeName string `json:"nodeName"`
 	NodeIP   string `json:"nodeIP"`
+	// NodeIP6 is its IPv6 VPC address in a dual-stack VPC ("" otherwise):
+	// kubelet then reports both (--node-ip=<v4>,<v6>, which
+	// --cloud-provider=external accepts since KEP-3705).
+	NodeIP6 string `json:"nodeIP6,omitempty"`
 	// Dir is the machine's own directory on the host ("its disk").
 	Dir string `json:"dir"`
 	// JoinCgroups are the cgroup.procs files the init writes its PID to
@@ -141,6 +145,14 @@ func (c *BootConfig) Validate() error {
 	need("sandboxImage", c.SandboxImage)
 	if _, err := netip.ParseAddr(c.NodeIP); err != nil {
 		errs = append(errs, fmt.Errorf("nodeIP %q: %v", c.NodeIP, err))
+	}
+	if c.NodeIP6 != "" {
+		if a, err := netip.ParseAddr(c.NodeIP6); err != nil || !a.Is6() || a.Is4In6() {
+			errs = append(errs, fmt.Errorf("nodeIP6 %q: not an IPv6 address", c.NodeIP6))
+		}
+		if a, err := netip.ParseAddr(c.NodeIP); err == nil && !a.Is4() {
+			errs = append(errs, fmt.Errorf("nodeIP %q with nodeIP6: the first must be the IPv4 address", c.NodeIP))
+		}
 	}
 	if _, err := netip.ParsePrefix(c.ClusterCIDR); c.ClusterCIDR != "" && err != nil {
 		errs = append(errs, fmt.Errorf("clusterCIDR %q: %v", c.ClusterCIDR, err))

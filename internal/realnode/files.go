@@ -206,7 +206,7 @@ func kubeletArgs(c *BootConfig, l layout) []string {
 		"--kubeconfig=" + kubeletDir + "/kubeconfig",
 		"--cert-dir=" + kubeletDir + "/pki",
 		"--hostname-override=" + c.NodeName,
-		"--node-ip=" + c.NodeIP,
+		"--node-ip=" + c.nodeIPs(),
 		"--cloud-provider=external",
 		fmt.Sprintf("--v=%d", c.Verbosity),
 	}
@@ -324,4 +324,13 @@ func render(c *BootConfig, l layout) error {
 		}
 	}
 	return nil
+}
+
+// nodeIPs is kubelet's --node-ip: the IPv4 address, and the IPv6 one after
+// it in a dual-stack VPC (the first is the Node's primary family).
+func (c *BootConfig) nodeIPs() string {
+	if c.NodeIP6 != "" {
+		return c.NodeIP + "," + c.NodeIP6
+	}
+	return c.NodeIP
 }

@@ -34,6 +34,10 @@ func TestValidate(t *testing.T) {
 		{"relative binary", func(c *BootConfig) { c.Bin.Kubelet = "kubelet" }, `bin.kubelet "kubelet": want an absolute path`},
 		{"unknown proxy mode", func(c *BootConfig) { c.ProxyMode = "ipvs" }, `proxyMode "ipvs": want nftables or iptables`},
 		{"no token", func(c *BootConfig) { c.BootstrapToken = "" }, "bootstrapToken is empty"},
+		{"dual-stack", func(c *BootConfig) { c.NodeIP6 = "fd12:3456:789a::2" }, ""},
+		{"IPv6 address not IPv6", func(c *BootConfig) { c.NodeIP6 = "198.18.0.12" }, `nodeIP6 "198.18.0.12": not an IPv6 address`},
+		{"IPv4-mapped IPv6 address", func(c *BootConfig) { c.NodeIP6 = "::ffff:198.18.0.12" }, `nodeIP6 "::ffff:198.18.0.12": not an IPv6 address`},
+		{"two IPv6 addresses", func(c *BootConfig) { c.NodeIP, c.NodeIP6 = "fd12::3", "fd12::2" }, "the first must be the IPv4 address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
@@ -149,6 +153,20 @@ func TestKubeconfigsParse(t *testing.T) {
 		}
 		if !tc.check(cfg.AuthInfos[tc.user]) {
 			t.Errorf("%s: user %+v", tc.name, cfg.AuthInfos[tc.user])
+		}
+	}
+}
+
+func TestKubeletNodeIPs(t *testing.T) {
+	for _, tc := range []struct{ v4, v6, want string }{
+		{"198.18.0.11", "", "--node-ip=198.18.0.11"},
+		{"198.18.0.11", "fd12:3456:789a::2", "--node-ip=198.18.0.11,fd12:3456:789a::2"},
+	} {
+		c := validConfig()
+		c.NodeIP, c.NodeIP6 = tc.v4, tc.v6
+		args := kubeletArgs(c, layout{})
+		if !slices.Contains(args, tc.want) {
+			t.Errorf("NodeIP %q NodeIP6 %q: kubelet args %v, want %s", tc.v4, tc.v6, args, tc.want)
 		}
 	}
 }

@@ -148,15 +148,40 @@ func indexOf(id string) (int, error) {
 
 // firstIPv4 is the instance's VPC address.
 func firstIPv4(inst api.Instance) (netip.Addr, error) {
+	if ip := firstInternal(inst, true); ip.IsValid() {
+		return ip, nil
+	}
+	return netip.Addr{}, fmt.Errorf("instance %s has no IPv4 address", inst.ID)
+}
+
+// firstInternal is the instance's first internal address of a family
+// (invalid: none).
+func firstInternal(inst api.Instance, v4 bool) netip.Addr {
 	for _, a := range inst.Addresses {
 		if a.Type != api.AddressInternalIP {
 			continue
 		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-			return ip, nil
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() == v4 {
+			return ip
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("instance %s has no IPv4 address", inst.ID)
+	return netip.Addr{}
+}
+
+// machineAddr6 is the IPv6 address a machine gets: the instance's, in a
+// dual-stack VPC; an instance with one in an IPv4-only VPC is refused, as
+// its address could not be reached.
+func machineAddr6(inst api.Instance, subnet6 netip.Prefix) (netip.Addr, error) {
+	a := firstInternal(inst, false)
+	switch {
+	case !a.IsValid():
+		return a, nil
+	case !subnet6.IsValid():
+		return netip.Addr{}, fmt.Errorf("instance %s has the IPv6 address %s, but the cloud's VPC is IPv4 only (start it with --vpc-uplink6 for a dual-stack VPC)", inst.ID, a)
+	case !subnet6.Contains(a):
+		return netip.Addr{}, fmt.Errorf("instance %s's IPv6 address %s is outside the VPC's IPv6 subnet %s", inst.ID, a, subnet6)
+	}
+	return a, nil
 }
 
 // CheckUserData parses user data as a machine's boot configuration with
@@ -196,10 +221,14 @@ func (h *Hypervisor) Boot(ctx context.Context, inst api.Instance, userData strin
 		if err != nil {
 			return err
 		}
+		addr6, err := machineAddr6(inst, h.nw.Subnet6())
+		if err != nil {
+			return err
+		}
 		// The machine's namespace and cgroup names carry the VPC's ID: two
 		// clouds on one host both have an i-00000001.
 		m, err = machine.Create(ctx, h.nw, machine.Config{Name: inst.Name, ID: h.opts.VPC.ID + "-" + strings.TrimPrefix(inst.ID, "i-"), Index: idx, Addr: addr,
-			Dir: filepath.Join(h.opts.Dir, inst.ID)})
+			Addr6: addr6, Dir: filepath.Join(h.opts.Dir, inst.ID)})
 		if err != nil {
 			return err
 		}
@@ -209,6 +238,9 @@ func (h *Hypervisor) Boot(ctx context.Context, inst api.Instance, userData strin
 		return nil
 	}
 	c.NodeName, c.NodeIP, c.Dir = inst.Name, m.Addr().String(), filepath.Join(h.opts.Dir, inst.ID)
+	if a := m.Addr6(); a.IsValid() {
+		c.NodeIP6 = a.String()
+	}
 	c.JoinCgroups, c.CgroupRoot = m.SystemProcsFiles(), m.CgroupPath()
 	if err := c.Validate(); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package hypervisor
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -56,5 +57,42 @@ func TestCheckUserData(t *testing.T) {
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
 		}
+	}
+}
+
+func TestMachineAddr6(t *testing.T) {
+	subnet6 := netip.MustParsePrefix("fd12:3456:789a::/64")
+	inst := func(addrs ...string) api.Instance {
+		i := api.Instance{ID: "i-1", Addresses: []api.Address{{Type: api.AddressHostname, Address: "node-1"}}}
+		for _, a := range addrs {
+			i.Addresses = append(i.Addresses, api.Address{Type: api.AddressInternalIP, Address: a})
+		}
+		return i
+	}
+	for _, tc := range []struct {
+		name    string
+		inst    api.Instance
+		subnet6 netip.Prefix
+		want    string
+		err     string
+	}{
+		{"IPv4 only, IPv4 VPC", inst("198.18.0.2"), netip.Prefix{}, "invalid IP", ""},
+		{"IPv4 only, dual-stack VPC", inst("198.18.0.2"), subnet6, "invalid IP", ""},
+		{"dual-stack", inst("198.18.0.2", "fd12:3456:789a::2"), subnet6, "fd12:3456:789a::2", ""},
+		{"IPv6 address, IPv4 VPC", inst("198.18.0.2", "fd12:3456:789a::2"), netip.Prefix{}, "", "the cloud's VPC is IPv4 only (start it with --vpc-uplink6"},
+		{"IPv6 address outside the subnet", inst("198.18.0.2", "fd00:1::2"), subnet6, "", "outside the VPC's IPv6 subnet fd12:3456:789a::/64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := machineAddr6(tc.inst, tc.subnet6)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || a.String() != tc.want {
+				t.Errorf("= %v, %v; want %s", a, err, tc.want)
+			}
+		})
 	}
 }

@@ -30,8 +30,9 @@ type Config struct {
 	Name, ID string
 	// Index numbers its VPC link.
 	Index int
-	// Addr is its address in the VPC.
-	Addr netip.Addr
+	// Addr is its address in the VPC; Addr6 its IPv6 one in a dual-stack
+	// VPC (invalid: none).
+	Addr, Addr6 netip.Addr
 	// Dir is its own directory (state, disks, logs).
 	Dir string
 }
@@ -118,6 +119,11 @@ func (m *Machine) build() error {
 	if err := m.nw.Attach(m.cfg.Index, m.st.Netns, m.cfg.Addr); err != nil {
 		return err
 	}
+	if m.cfg.Addr6.IsValid() {
+		if err := m.nw.Attach6(m.st.Netns, m.cfg.Addr6); err != nil {
+			return err
+		}
+	}
 	return m.cg.create(SystemCgroup)
 }
 
@@ -132,6 +138,9 @@ func (m *Machine) SystemProcsFiles() []string { return m.cg.procsFiles(SystemCgr
 
 // Addr is the machine's VPC address.
 func (m *Machine) Addr() netip.Addr { return m.cfg.Addr }
+
+// Addr6 is the machine's IPv6 VPC address (invalid: none).
+func (m *Machine) Addr6() netip.Addr { return m.cfg.Addr6 }
 
 // Running reports whether the machine's init runs.
 func (m *Machine) Running() bool {
