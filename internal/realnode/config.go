@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // BootConfig is a machine's user data: everything its init needs.
@@ -154,8 +155,10 @@ func (c *BootConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("nodeIP %q with nodeIP6: the first must be the IPv4 address", c.NodeIP))
 		}
 	}
-	if _, err := netip.ParsePrefix(c.ClusterCIDR); c.ClusterCIDR != "" && err != nil {
-		errs = append(errs, fmt.Errorf("clusterCIDR %q: %v", c.ClusterCIDR, err))
+	if c.ClusterCIDR != "" {
+		if err := checkDualCIDRs(c.ClusterCIDR); err != nil {
+			errs = append(errs, fmt.Errorf("clusterCIDR %q: %v", c.ClusterCIDR, err))
+		}
 	}
 	if c.ClusterDNS != "" {
 		if _, err := netip.ParseAddr(c.ClusterDNS); err != nil {
@@ -202,4 +205,26 @@ func (c *BootConfig) Write(path string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
+}
+
+// checkDualCIDRs checks a comma-separated list of CIDRs as Kubernetes
+// takes them for dual-stack (--cluster-cidr, kube-proxy's clusterCIDR): one,
+// or one of each family.
+func checkDualCIDRs(list string) error {
+	parts := strings.Split(list, ",")
+	if len(parts) > 2 {
+		return fmt.Errorf("at most two CIDRs, one per family")
+	}
+	var fams []bool
+	for _, p := range parts {
+		pr, err := netip.ParsePrefix(strings.TrimSpace(p))
+		if err != nil {
+			return err
+		}
+		fams = append(fams, pr.Addr().Is4())
+	}
+	if len(fams) == 2 && fams[0] == fams[1] {
+		return fmt.Errorf("two CIDRs of one family: give one IPv4 and one IPv6")
+	}
+	return nil
 }

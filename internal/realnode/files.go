@@ -119,15 +119,19 @@ state = "/run/containerd"
 }
 
 // cniTemplate is the pod network: a point-to-point veth per pod with an
-// address of the node's pod CIDR; cross-node traffic goes by the node's
-// default route to the VPC router, which has the cloud's routes.
+// address of each of the node's pod CIDRs (one per family: containerd
+// fills in the Node's podCIDRs and a default route per family);
+// cross-node traffic goes by the node's default route to the VPC router,
+// which has the cloud's routes.
 func cniTemplate() string {
 	return `{
   "cniVersion": "1.0.0",
   "name": "portside",
   "plugins": [
     {"type": "ptp", "ipMasq": false, "mtu": 1500,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "{{.PodCIDR}}"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+     "ipam": {"type": "host-local",
+              "ranges": [{{range $i, $r := .PodCIDRRanges}}{{if $i}}, {{end}}[{"subnet": "{{$r}}"}]{{end}}],
+              "routes": [{{range $i, $r := .Routes}}{{if $i}}, {{end}}{"dst": "{{$r}}"}{{end}}]}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }

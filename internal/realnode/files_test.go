@@ -1,9 +1,12 @@
 package realnode
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,6 +33,9 @@ func TestValidate(t *testing.T) {
 		{"no node name", func(c *BootConfig) { c.NodeName = "" }, "nodeName is empty"},
 		{"bad node IP", func(c *BootConfig) { c.NodeIP = "198.18.0" }, `nodeIP "198.18.0"`},
 		{"bad cluster CIDR", func(c *BootConfig) { c.ClusterCIDR = "10.244.0.0" }, `clusterCIDR "10.244.0.0"`},
+		{"dual-stack cluster CIDRs", func(c *BootConfig) { c.ClusterCIDR = "10.244.0.0/16,fd12:3456:789a:100::/56" }, ""},
+		{"two IPv4 cluster CIDRs", func(c *BootConfig) { c.ClusterCIDR = "10.244.0.0/16,10.245.0.0/16" }, "two CIDRs of one family"},
+		{"three cluster CIDRs", func(c *BootConfig) { c.ClusterCIDR = "10.244.0.0/16,fd12::/56,fd13::/56" }, "at most two CIDRs"},
 		{"bad DNS", func(c *BootConfig) { c.ClusterDNS = "dns" }, `clusterDNS "dns"`},
 		{"relative binary", func(c *BootConfig) { c.Bin.Kubelet = "kubelet" }, `bin.kubelet "kubelet": want an absolute path`},
 		{"unknown proxy mode", func(c *BootConfig) { c.ProxyMode = "ipvs" }, `proxyMode "ipvs": want nftables or iptables`},
@@ -98,7 +104,7 @@ func TestRendered(t *testing.T) {
 		{"kubelet flags", strings.Join(kubeletArgs(c, l), " "), []string{"--cloud-provider=external", "--node-ip=198.18.0.11",
 			"--hostname-override=node-1", "--bootstrap-kubeconfig=/data/machines/node-1/etc/bootstrap-kubeconfig"}},
 		{"bootstrap kubeconfig", bootstrapKubeconfig(c), []string{`server: "https://198.18.0.1:6443"`, `token: "abcdef.0123456789abcdef"`}},
-		{"cni", cniTemplate(), []string{`"subnet": "{{.PodCIDR}}"`, `"type": "ptp"`, `"ipMasq": false`}},
+		{"cni", cniTemplate(), []string{`.PodCIDRRanges`, `"type": "ptp"`, `"ipMasq": false`}},
 		{"mirror", hostsTOML("registry.k8s.io", "https://198.18.0.1:5000", "/d/ca.crt"), []string{`server = "https://registry.k8s.io"`,
 			`[host."https://198.18.0.1:5000"]`, `capabilities = ["pull", "resolve"]`, `ca = "/d/ca.crt"`}},
 	} {
@@ -168,5 +174,49 @@ func TestKubeletNodeIPs(t *testing.T) {
 		if !slices.Contains(args, tc.want) {
 			t.Errorf("NodeIP %q NodeIP6 %q: kubelet args %v, want %s", tc.v4, tc.v6, args, tc.want)
 		}
+	}
+}
+
+// TestCNITemplateRenders renders the CNI template as containerd does
+// (text/template over its PodCIDRRanges and Routes) for one family and for
+// two: valid JSON, a range and a default route per family.
+func TestCNITemplateRenders(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ranges, route []string
+	}{
+		{"IPv4", []string{"10.244.1.0/24"}, []string{"0.0.0.0/0"}},
+		{"dual-stack", []string{"10.244.1.0/24", "fd12:3456:789a:101::/64"}, []string{"0.0.0.0/0", "::/0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			tmpl := template.Must(template.New("cni").Parse(cniTemplate()))
+			if err := tmpl.Execute(&out, struct {
+				PodCIDR               string
+				PodCIDRRanges, Routes []string
+			}{tc.ranges[0], tc.ranges, tc.route}); err != nil {
+				t.Fatal(err)
+			}
+			var conf struct {
+				Plugins []struct {
+					IPAM struct {
+						Ranges [][]struct{ Subnet string }
+						Routes []struct{ Dst string }
+					}
+				}
+			}
+			if err := json.Unmarshal(out.Bytes(), &conf); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, out.String())
+			}
+			ipam := conf.Plugins[0].IPAM
+			if len(ipam.Ranges) != len(tc.ranges) || len(ipam.Routes) != len(tc.route) {
+				t.Fatalf("ranges %v routes %v, want %v, %v", ipam.Ranges, ipam.Routes, tc.ranges, tc.route)
+			}
+			for i, r := range tc.ranges {
+				if ipam.Ranges[i][0].Subnet != r || ipam.Routes[i].Dst != tc.route[i] {
+					t.Errorf("range %d: %v via %v, want %s, %s", i, ipam.Ranges[i], ipam.Routes[i], r, tc.route[i])
+				}
+			}
+		})
 	}
 }

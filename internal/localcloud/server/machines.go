@@ -105,8 +105,14 @@ func (s *Server) routeMachines(rt api.Route, add bool) error {
 	if !ok {
 		return nil // a blackhole: nothing to route to
 	}
+	// Via the instance's address of the destination's family, in the
+	// VPC's subnet of that family (an IPv6 route needs a dual-stack VPC).
+	subnet := s.hv.Network().Subnet()
+	if dst.Addr().Is6() {
+		subnet = s.hv.Network().Subnet6()
+	}
 	for _, a := range instanceAddrs(inst) {
-		if a.Is4() == dst.Addr().Is4() && s.hv.Network().Subnet().Contains(a) {
+		if a.Is4() == dst.Addr().Is4() && subnet.IsValid() && subnet.Contains(a) {
 			return s.hv.Network().SetRoute(dst, a)
 		}
 	}
