@@ -59,6 +59,8 @@ type Options struct {
 	// (the image pushed to the cloud's registry first), InstallManifests
 	// as deploy/ccm's pods, applied with kubectl.
 	Install string
+	// IPFamily is IPFamilyIPv4 ("" too) or IPFamilyDual (real nodes).
+	IPFamily string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -104,6 +106,9 @@ func Up(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	if err := checkInstall(opts.Install, mode, opts.CCMBinary); err != nil {
+		return err
+	}
+	if err := checkIPFamily(opts.IPFamily, mode); err != nil {
 		return err
 	}
 	if note != "" {
@@ -172,12 +177,17 @@ func Up(ctx context.Context, opts Options) (err error) {
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
 	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
-		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install}
+		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install, dual: opts.IPFamily == IPFamilyDual}
 	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {
 		var err error
 		if env.realNet, err = loadRealNetwork(l); err != nil {
 			return nil, "nodes", err
+		}
+		if env.dual {
+			if err := ensureRealNetwork6(l, &env.realNet); err != nil {
+				return nil, "nodes", err
+			}
 		}
 		nodes = startRealNodes(opts.Nodes, opts.Zones)
 	}

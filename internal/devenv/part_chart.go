@@ -187,6 +187,9 @@ func chartPrerequisites(ctx context.Context, env *environment) error {
 		return err
 	}
 	cloudYAML := fmt.Sprintf("endpoint: %s\ntoken: %s\n", strings.TrimSpace(string(endpoint)), strings.TrimSpace(string(token)))
+	if env.dual {
+		cloudYAML += "dualStack: true\n"
+	}
 	svcHost := chartWebhookService + "." + ChartNamespace + ".svc"
 	cert, err := env.cp.IssueServingCert("ccm-webhook-service", svcHost, svcHost+".cluster.local")
 	if err != nil {

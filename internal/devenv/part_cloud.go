@@ -92,7 +92,11 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 		plain := args
 		apiHost := strings.TrimPrefix(env.cp.URL, "https://")
 		args = func(listen, registryListen string) []string {
-			return append(plain(listen, registryListen), env.realNet.cloudArgs(apiHost)...)
+			args := append(plain(listen, registryListen), env.realNet.cloudArgs(apiHost)...)
+			if env.dual {
+				args = append(args, env.realNet.cloudArgs6()...)
+			}
+			return args
 		}
 		s.p.step("local cloud", "real machines in VPC %s (gateway %s serves kube-apiserver and the registry to them)", env.realNet.Subnet, env.realNet.gateway())
 	}

@@ -51,6 +51,9 @@ type environment struct {
 	// realNet.
 	realNodes bool
 	realNet   realNetwork
+	// dual: --ip-family=dual (real nodes only): the VPC, instances, pod
+	// and Service ranges have both families.
+	dual bool
 
 	// networkProxy: kube-apiserver's cluster egress goes through
 	// proxy-server and per-zone agents (netproxyState says where).
@@ -62,14 +65,14 @@ type environment struct {
 // chosen per environment (realNetwork), simulated nodes' are fixed.
 func (env *environment) podCIDR() string {
 	if env.realNodes && env.realNet.Pods.IsValid() {
-		return env.realNet.Pods.String()
+		return dualList(env.realNet.Pods.String(), env.realNet.Pods6, env.dual)
 	}
 	return ClusterCIDR
 }
 
 func (env *environment) serviceCIDR() string {
 	if env.realNodes && env.realNet.Services.IsValid() {
-		return env.realNet.Services.String()
+		return dualList(env.realNet.Services.String(), env.realNet.Services6, env.dual)
 	}
 	return ServiceCIDR
 }

@@ -75,6 +75,8 @@ func corefile(domain string) string {
 // nthAddr is the index-th address of a prefix (0 is its first), if the
 // prefix holds it.
 func nthAddr(prefix string, index int) (netip.Addr, error) {
+	// A dual-stack list: the primary family's.
+	prefix = firstOfList(prefix)
 	p, err := netip.ParsePrefix(prefix)
 	if err != nil {
 		return netip.Addr{}, err

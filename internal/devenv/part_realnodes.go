@@ -64,6 +64,14 @@ type realNetwork struct {
 	// needs its own (a /16 of 10.224.0.0/11 and of 10.96.0.0/12).
 	Pods     netip.Prefix `json:"pods"`
 	Services netip.Prefix `json:"services"`
+	// The IPv6 ranges of a dual-stack environment (ipfamily.go), chosen
+	// the first time it runs with --ip-family=dual.
+	Block6    netip.Prefix `json:"block6,omitzero"`
+	Subnet6   netip.Prefix `json:"subnet6,omitzero"`
+	VIPs6     netip.Prefix `json:"vips6,omitzero"`
+	Pods6     netip.Prefix `json:"pods6,omitzero"`
+	Services6 netip.Prefix `json:"services6,omitzero"`
+	Uplink6   netip.Prefix `json:"uplink6,omitzero"`
 	// agentTarget is the proxy server's loopback agent port, served at the
 	// gateway's agentGatewayPort ("" without the network proxy).
 	agentTarget string
@@ -363,7 +371,7 @@ func ensureRealInstances(ctx context.Context, env *environment, n int, zones []s
 				return
 			}
 			created, err := env.cloudClient.CreateInstance(ctx, api.CreateInstanceRequest{Name: name, Zone: zone,
-				Labels: map[string]string{LabelMachine: "real"}, UserData: ud})
+				Labels: map[string]string{LabelMachine: "real"}, UserData: ud, IPv6: env.dual})
 			if err != nil {
 				errs[i] = fmt.Errorf("create machine %s: %w", name, err)
 				return
