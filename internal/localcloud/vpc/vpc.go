@@ -237,6 +237,12 @@ func (nw *Network) build6() error {
 	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv6.conf.all.forwarding", "1"); err != nil {
 		return fmt.Errorf("switching on IPv6 forwarding in the VPC router: %w", err)
 	}
+	// The cloud's listeners bind the VIPs of a Local range (a local route,
+	// no address per VIP): IPv4 allows that, IPv6 only with non-local
+	// binds, which this switches on in the router's namespace alone.
+	if err := writeSysctlIn(NetnsPath(n.router), "net.ipv6.ip_nonlocal_bind", "1"); err != nil {
+		return fmt.Errorf("allowing IPv6 VIP listeners in the VPC router: %w", err)
+	}
 	return nil
 }
 

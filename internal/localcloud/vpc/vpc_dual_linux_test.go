@@ -60,6 +60,13 @@ func TestVPCDualStack(t *testing.T) {
 	echoIn(t, m1, netip.AddrPortFrom(a1, 7003))
 	expectEcho(t, m2, netip.AddrPortFrom(a1, 7003))
 
+	// A listener on an IPv6 VIP of the router's local range (the cloud's
+	// load balancers bind them so), reached from the host and a machine.
+	vip := r.VIPs6.Addr().Next().Next()
+	echoIn(t, nw.RouterNetns()[len("/run/netns/"):], netip.AddrPortFrom(vip, 7005))
+	expectEcho(t, "", netip.AddrPortFrom(vip, 7005))
+	expectEcho(t, m1, netip.AddrPortFrom(vip, 7005))
+
 	// An IPv6 route for machine 2's pod range.
 	podNet := netip.PrefixFrom(r.Pods6.Addr(), 64)
 	pod := podNet.Addr().Next()

@@ -93,6 +93,8 @@ func (r Ranges) ConfigDual(id, stateFile string) vpc.Config {
 	c.Uplink6 = vpc.Range{Prefix: r.Uplink6, Flag: "uplink6"}
 	c.Routed = append(c.Routed, vpc.Range{Prefix: r.VIPs6, Flag: "vips6"}, vpc.Range{Prefix: r.Pods6, Flag: "pods6"})
 	c.Covered = append(c.Covered, vpc.Range{Prefix: r.Block6, Flag: "block6"})
+	// The router owns the IPv6 VIPs whole, as `up` has it do.
+	c.Local = append(c.Local, vpc.Range{Prefix: r.VIPs6, Flag: "vips6"})
 	return c
 }
 
