@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portside-io/portside/internal/hostsnap"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/localcloud/server"
-	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/client"
@@ -80,8 +80,8 @@ func TestUpRealNodes(t *testing.T) {
 	if m := regexp.MustCompile(`GET http://\S+:8080/hostname → 200 OK from (node-\d): "hello-`).FindSubmatch(out); m == nil {
 		t.Errorf("output shows no request through the VIP answered by a real pod")
 	}
-	mine := environmentMarks(t, data)
-	checkHostAsFound(t, "after up --once", before, mine)
+	mine := testenv.EnvironmentMarks(t, data)
+	testenv.CheckHostAsFound(t, "after up --once", before, mine)
 
 	// A running up killed with -9: its machines are left; down removes them.
 	up, upOut, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
@@ -97,48 +97,8 @@ func TestUpRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("portside down after kill -9: %v\n%s", err, downOut)
 	}
-	checkHostAsFound(t, "after kill -9 of up and portside down", before, mine)
+	testenv.CheckHostAsFound(t, "after kill -9 of up and portside down", before, mine)
 	assertNoProcessesUsing(t, data)
-}
-
-// environmentMarks are strings every kernel object of the environment's
-// real machines carries: its VPC's ID (links, namespaces, cgroups) and its
-// subnet (addresses, routes).
-func environmentMarks(t *testing.T, data string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(data, "real-network.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n struct{ Subnet, Pods, Services string }
-	if err := json.Unmarshal(b, &n); err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs(filepath.Join(data, "cloud", "machines"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	subnet := n.Subnet[:strings.LastIndex(n.Subnet, ".")+1]
-	// The environment's own pod and Service ranges (a /16 each).
-	pods, svcs := n.Pods[:strings.Index(n.Pods, ".0.0/")+1], n.Services[:strings.Index(n.Services, ".0.0/")+1]
-	return []string{"ps" + vpc.IDFor(abs), "ps-" + vpc.IDFor(abs), subnet, pods, svcs}
-}
-
-func checkHostAsFound(t *testing.T, when string, before hostsnap.Snapshot, mine []string) {
-	t.Helper()
-	after, err := hostsnap.Take()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := hostsnap.Diff(before.Mentioning(mine...), after.Mentioning(mine...)); d != "" {
-		t.Errorf("%s: the host differs:\n%s", when, d)
-	}
-	whole := func(s hostsnap.Snapshot) hostsnap.Snapshot {
-		return hostsnap.Snapshot{"sysctl": s["sysctl"], "nft": s["nft"], "iptables-save": s["iptables-save"], "ip6tables-save": s["ip6tables-save"]}
-	}
-	if d := hostsnap.Diff(whole(before), whole(after)); d != "" {
-		t.Errorf("%s: host sysctls or firewall rules changed:\n%s", when, d)
-	}
 }
 
 // powerCycle stops node's instance through the cloud's API, as `portside

@@ -1,0 +1,190 @@
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/portside-io/portside/internal/hostsnap"
+	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/testbin"
+	"github.com/portside-io/portside/internal/testenv"
+)
+
+// TestUpDualStack: `portside up --ip-family=dual` with real nodes. Each
+// node has an InternalIP of each family (IPv4 first) and a pod CIDR of
+// each; the cloud holds a route of each family per node, kernel routes in
+// the VPC router via the node's address of that family; a pod has an
+// address of each family; a pod reaches a pod on the other node over IPv6,
+// which only the cloud's route carries there; a RequireDualStack
+// LoadBalancer Service gets one ingress of each family, both answered by
+// the pods from the host and from a pod; `portside down` leaves the host as
+// it was found.
+func TestUpDualStack(t *testing.T) {
+	before, err := hostsnap.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, kube := upRealNodes(t, 2, "--ip-family=dual")
+	ctx := context.Background()
+	kubeconfig := filepath.Join(data, "controlplane", "kubeconfig")
+	mine := testenv.EnvironmentMarks(t, data)
+
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 2 {
+		t.Fatalf("nodes: %v (%d)", err, len(nodes.Items))
+	}
+	nodeIP6 := map[string]netip.Addr{}
+	for _, n := range nodes.Items {
+		var ips []netip.Addr
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ips = append(ips, netip.MustParseAddr(a.Address))
+			}
+		}
+		if len(ips) != 2 || !ips[0].Is4() || !ips[1].Is6() {
+			t.Errorf("node %s: InternalIPs %v, want an IPv4 and then an IPv6 address", n.Name, ips)
+			continue
+		}
+		nodeIP6[n.Name] = ips[1]
+		if len(n.Spec.PodCIDRs) != 2 || !strings.Contains(n.Spec.PodCIDRs[1], ":") {
+			t.Errorf("node %s: podCIDRs %v, want one of each family", n.Name, n.Spec.PodCIDRs)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The cloud's routes: one per node and family, each a kernel route in
+	// the VPC router via the node's address of its family.
+	cloud := cloudClient(t, filepath.Join(data, "cloud"))
+	testenv.Eventually(t, time.Minute, "a cloud route of each family per node", func() (bool, string) {
+		routes, err := cloud.ListRoutes(ctx, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		v6 := 0
+		for _, r := range routes {
+			if strings.Contains(r.DestinationCIDR, ":") {
+				v6++
+			}
+		}
+		return len(routes) == 4 && v6 == 2, fmt.Sprint(routes)
+	})
+	router := ""
+	for _, m := range mine {
+		if strings.HasPrefix(m, "ps") && !strings.HasPrefix(m, "ps-") {
+			router = m + "-router"
+		}
+	}
+	kernel, err := exec.Command("ip", "-n", router, "-6", "route", "show", "proto", "static").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the VPC router's IPv6 routes: %v\n%s", err, kernel)
+	}
+	for _, n := range nodes.Items {
+		want := fmt.Sprintf("%s via %s ", n.Spec.PodCIDRs[1], nodeIP6[n.Name])
+		if !strings.Contains(string(kernel), want) {
+			t.Errorf("the VPC router has no route %q:\n%s", want, kernel)
+		}
+	}
+
+	// Pods of both families, one per node, behind a RequireDualStack
+	// LoadBalancer Service.
+	ns := dnsNamespace(t, kube)
+	labels := map[string]string{"app": "dual"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "dual", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptrTo[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+			Containers: []corev1.Container{{Name: "netexec", Image: nodeimages.AgnhostImage, Args: []string{"netexec", "--http-port=8080"},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
+		}},
+	}}
+	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	testenv.Eventually(t, 3*time.Minute, "2 ready pods with an address of each family, on both nodes", func() (bool, string) {
+		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=dual"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods = nil
+		on := map[string]bool{}
+		for _, p := range list.Items {
+			if podIsReady(&p) && len(p.Status.PodIPs) == 2 && strings.Contains(p.Status.PodIPs[1].IP, ":") {
+				pods = append(pods, p)
+				on[p.Spec.NodeName] = true
+			}
+		}
+		return len(pods) == 2 && len(on) == 2, fmt.Sprintf("%d ready with both families on %v", len(pods), on)
+	})
+	kexec := func(pod string, args ...string) error {
+		return kubectlAt(kubeconfig, append([]string{"-n", ns, "exec", pod, "--", "/agnhost"}, args...)...)
+	}
+	// Pod to pod across nodes over IPv6: only the VPC router's route for
+	// the other node's IPv6 pod CIDR leads there.
+	to := netip.AddrPortFrom(netip.MustParseAddr(pods[1].Status.PodIPs[1].IP), 8080)
+	if err := kexec(pods[0].Name, "connect", to.String(), "--timeout=5s"); err != nil {
+		t.Errorf("pod %s on %s cannot reach pod %s on %s at %s: %v", pods[0].Name, pods[0].Spec.NodeName, pods[1].Name, pods[1].Spec.NodeName, to, err)
+	}
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "dual", Namespace: ns}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeLoadBalancer, IPFamilyPolicy: ptrTo(corev1.IPFamilyPolicyRequireDualStack),
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}
+	if _, err := kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var vips []netip.Addr
+	testenv.Eventually(t, 2*time.Minute, "an ingress of each family", func() (bool, string) {
+		cur, err := kube.CoreV1().Services(ns).Get(ctx, "dual", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		vips = nil
+		for _, in := range cur.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				vips = append(vips, a)
+			}
+		}
+		return len(vips) == 2 && vips[0].Is4() != vips[1].Is4(), fmt.Sprintf("ingress %v, clusterIPs %v", cur.Status.LoadBalancer.Ingress, cur.Spec.ClusterIPs)
+	})
+	names := []string{pods[0].Name, pods[1].Name}
+	for _, vip := range vips {
+		url := "http://" + netip.AddrPortFrom(vip, 8080).String() + "/hostname"
+		answered := map[string]bool{}
+		testenv.Eventually(t, time.Minute, "both pods answering "+url+" from the host", func() (bool, string) {
+			body, err := getFresh(url)
+			if err != nil {
+				return false, err.Error()
+			}
+			if !slices.Contains(names, strings.TrimSpace(body)) {
+				return false, "answered by " + body
+			}
+			answered[strings.TrimSpace(body)] = true
+			return len(answered) == 2, fmt.Sprint(answered)
+		})
+		if err := kexec(pods[0].Name, "connect", netip.AddrPortFrom(vip, 8080).String(), "--timeout=5s"); err != nil {
+			t.Errorf("pod %s cannot reach the VIP %s: %v", pods[0].Name, vip, err)
+		}
+	}
+	t.Logf("RequireDualStack Service: VIPs %v answered by %v from the host and from a pod", vips, names)
+
+	if out, err := exec.Command(testbin.Portside(t), "down", "--data-dir", data).CombinedOutput(); err != nil {
+		t.Fatalf("portside down: %v\n%s", err, out)
+	}
+	testenv.CheckHostAsFound(t, "after portside down", before, mine)
+}
