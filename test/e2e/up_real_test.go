@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portside-io/portside/internal/hostsnap"
-	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
