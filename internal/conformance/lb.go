@@ -44,6 +44,7 @@ func LoadBalancerTests() []Test {
 		{Name: "load-balancers/rolling-update", Needs: []Capability{LoadBalancers, LBReachable}, Timeout: 10 * time.Minute, Run: testLBRollingUpdate},
 		{Name: "load-balancers/etp-local-endpoints", Needs: []Capability{LoadBalancers, LBHealthChecks}, Timeout: 10 * time.Minute, Run: testLBETPLocalEndpoints},
 		{Name: "load-balancers/etp-local-from-pods", Needs: []Capability{LoadBalancers, LBHealthChecks}, Timeout: 8 * time.Minute, Run: testLBETPLocalFromPods},
+		{Name: "load-balancers/dual-stack", Needs: []Capability{LoadBalancers, LBDualStack}, Timeout: 8 * time.Minute, Run: testLBDualStack},
 		{Name: "load-balancers/same-port-protocols", Needs: []Capability{LoadBalancers, LBMixedProtocols}, Timeout: 8 * time.Minute, Run: testLBSamePortProtocols},
 	}
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +123,28 @@ func TestLBTests(t *testing.T) {
 		seen[tc.Name] = true
 		if tc.Run == nil || tc.Timeout == 0 || !slices.Contains(tc.Needs, LoadBalancers) {
 			t.Errorf("test %s: Run, Timeout and the need %s are required", tc.Name, LoadBalancers)
+		}
+	}
+}
+
+func TestDualStackVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs []string
+		ok    bool
+		msg   string
+	}{
+		{"one of each", []string{"198.18.1.2", "fd12::2"}, true, ""},
+		{"IPv6 first", []string{"fd12::2", "198.18.1.2"}, true, ""},
+		{"IPv4 only", []string{"198.18.1.2"}, false, "1 IPv4 and 0 IPv6"},
+		{"two IPv4", []string{"198.18.1.2", "198.18.1.3"}, false, "2 IPv4 and 0 IPv6"},
+		{"IPv4-mapped is IPv4", []string{"::ffff:198.18.1.2", "198.18.1.3"}, false, "2 IPv4 and 0 IPv6"},
+		{"a hostname", []string{"lb.example", "fd12::2"}, false, `"lb.example" is not an IP address`},
+		{"none", nil, false, "0 IPv4 and 0 IPv6"},
+	} {
+		ok, msg := dualStackVerdict(tc.addrs)
+		if ok != tc.ok || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: dualStackVerdict(%v) = %v, %q; want %v, %q", tc.name, tc.addrs, ok, msg, tc.ok, tc.msg)
 		}
 	}
 }
