@@ -144,9 +144,11 @@ func TestConformance(t *testing.T) {
 // lb-ip-mode (docs/conformance.md), and only its real machines serve a
 // Service without NodePorts (TestConformance's `up` has simulated nodes;
 // docs/conformance.md shows the run with real ones), nor has a pod that
-// can send traffic. The other tests' needs are all met by `portside up`
-// and the flags TestConformance passes.
+// can send traffic, nor is dual-stack (test/realnode's TestUpDualStack
+// runs load-balancers/dual-stack). The other tests' needs are all met by
+// `portside up` and the flags TestConformance passes.
 var wantSkipped = map[string]string{"load-balancers/ip-mode": "needs lb-ip-mode",
+	"load-balancers/dual-stack":          "needs lb-dual-stack",
 	"load-balancers/without-node-ports":  "needs lb-without-node-ports",
 	"load-balancers/etp-local-from-pods": "no schedulable node reports a container runtime"}
 

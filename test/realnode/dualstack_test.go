@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +183,21 @@ func TestUpDualStack(t *testing.T) {
 		}
 	}
 	t.Logf("RequireDualStack Service: VIPs %v answered by %v from the host and from a pod", vips, names)
+
+	// Portside's conformance suite: its dual-stack test runs (the provider
+	// declares lb-dual-stack from up's cloud config) and passes, beside the
+	// route and core load-balancer tests.
+	conf := exec.Command(testbin.Portside(t), "conformance", "--kubeconfig", kubeconfig, "--cloud-provider=local",
+		"--cloud-config", filepath.Join(data, "ccm", "cloud.yaml"), "--cloud-data-dir", filepath.Join(data, "cloud"), "--max-wait=60s",
+		"--focus", `^(routes/|load-balancers/(dual-stack|ingress-and-traffic)$)`)
+	report, err := conf.CombinedOutput()
+	t.Logf("portside conformance:\n%s", report)
+	if err != nil {
+		t.Errorf("portside conformance: %v", err)
+	}
+	if !regexp.MustCompile(`load-balancers/dual-stack\s+passed`).Match(report) {
+		t.Errorf("load-balancers/dual-stack did not pass")
+	}
 
 	if out, err := exec.Command(testbin.Portside(t), "down", "--data-dir", data).CombinedOutput(); err != nil {
 		t.Fatalf("portside down: %v\n%s", err, out)
