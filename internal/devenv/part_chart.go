@@ -77,13 +77,20 @@ func prepareInClusterCCM(ctx context.Context, s *stack, env *environment) (strin
 	return ref, unregisterWebhook(ctx, env)
 }
 
-// installChart replaces startCCM with --install=chart.
-func installChart(ctx context.Context, s *stack, env *environment) error {
+// preparedChartValues does prepareInClusterCCM and returns the chart's
+// values for the pushed image, and its reference.
+func preparedChartValues(ctx context.Context, s *stack, env *environment) (map[string]any, string, error) {
 	ref, err := prepareInClusterCCM(ctx, s, env)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	values, err := chartValues(env, ref)
+	return values, ref, err
+}
+
+// installChart replaces startCCM with --install=chart.
+func installChart(ctx context.Context, s *stack, env *environment) error {
+	values, ref, err := preparedChartValues(ctx, s, env)
 	if err != nil {
 		return err
 	}

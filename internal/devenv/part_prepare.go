@@ -35,11 +35,7 @@ func (env *environment) chartAgents() bool {
 
 // prepareChart replaces startCCM with --install=prepare.
 func prepareChart(ctx context.Context, s *stack, env *environment) error {
-	ref, err := prepareInClusterCCM(ctx, s, env)
-	if err != nil {
-		return err
-	}
-	values, err := chartValues(env, ref)
+	values, _, err := preparedChartValues(ctx, s, env)
 	if err != nil {
 		return err
 	}
