@@ -19,8 +19,8 @@ import (
 	"github.com/portside-io/portside/internal/testskip"
 )
 
-// Ranges is one test VPC's address plan: a /22 of 198.18.0.0/15 (reserved
-// for benchmarking, never routed on the internet) split into the machines'
+// Ranges is one test VPC's address plan: a /22 of 198.19.0.0/16 (in
+// 198.18.0.0/15, reserved for benchmarking, never routed on the internet) split into the machines'
 // subnet, VIPs and the uplink, and a /20 of 10.208.0.0/12 for pod CIDRs
 // (apart from the ranges `portside up` takes: 10.224.0.0/11 for pods and
 // 10.96.0.0/12 for Services, so tests run beside a real-node `up`).
@@ -40,8 +40,12 @@ func Pick() Ranges {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	n := binary.BigEndian.Uint32(b[:])
-	i, j := n%128, (n/128)%256 // 128 /22s in 198.18.0.0/15; 256 /20s in 10.208.0.0/12
-	base := netip.AddrFrom4([4]byte{198, 18 + byte(i/64), byte((i % 64) * 4), 0})
+	// 63 of the 64 /22s in 198.19.0.0/16, apart from real-node `up`s (which
+	// may run beside: TestUpRealNodes, test/realnode's own): their VPCs
+	// take /22s of 198.18.0.0/16 and their uplinks 198.19.255.0/24, in the
+	// last /22, which is left out. 256 /20s in 10.208.0.0/12.
+	i, j := n%63, (n/64)%256
+	base := netip.AddrFrom4([4]byte{198, 19, byte(i * 4), 0})
 	pods := netip.AddrFrom4([4]byte{10, 208 + byte(j/16), byte((j % 16) * 16), 0})
 	at := func(third, fourth byte, bits int) netip.Prefix {
 		a := base.As4()
