@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +26,13 @@ func newUpCommand() *cobra.Command {
 			"State is kept in --data-dir between runs. Ctrl-C or `portside down` stops everything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// When whoever reads up's output is gone (a test binary killed,
+			// a pipe's reader exited), a write to stdout must not kill up:
+			// Go ends a program on SIGPIPE from fd 1 or 2, and up would die
+			// mid-shutdown, its children killed by their parent-death signal
+			// before the cloud removes its machines. Ignored, such a write
+			// fails and up goes on stopping what it started.
+			signal.Ignore(syscall.SIGPIPE)
 			opts.Out = cmd.OutOrStdout()
 			return devenv.Up(cmd.Context(), opts)
 		},
