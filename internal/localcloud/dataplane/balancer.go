@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"net/netip"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -223,10 +224,11 @@ func (b *balancer) allowed(client netip.Addr) bool {
 	return false
 }
 
-// pick chooses a backend for a client: round robin, or by client IP hash
-// with affinity. skip excludes backends that already failed this client.
-func (b *balancer) pick(client netip.Addr, skip map[*backend]bool) *backend {
-	ready := *b.ready.Load()
+// pick chooses a backend for a client of a listener on a VIP of family
+// vip4 (IPv4 or not): round robin, or by client IP hash with affinity.
+// skip excludes backends that already failed this client.
+func (b *balancer) pick(vip4 bool, client netip.Addr, skip map[*backend]bool) *backend {
+	ready := sameFamily(*b.ready.Load(), vip4)
 	if len(ready) == 0 {
 		return nil
 	}
@@ -245,6 +247,25 @@ func (b *balancer) pick(client netip.Addr, skip map[*backend]bool) *backend {
 		}
 	}
 	return nil
+}
+
+// sameFamily is the part of ready (sorted by address, so IPv4 first) of
+// the VIP's family, or all of ready when it has none of that family. A
+// dual-stack Service's backends hold each node's address of each family:
+// its IPv6 listener reaches the nodes over IPv6 (kube-proxy's IPv6
+// NodePort), health-checked and drained apart from IPv4, as the routed
+// VIPs are; a single-family backend set serves both listeners. It slices,
+// never copies: pick runs per connection.
+func sameFamily(ready []*backend, vip4 bool) []*backend {
+	split := sort.Search(len(ready), func(i int) bool { return !ready[i].addr.Is4() })
+	switch {
+	case split == 0 || split == len(ready):
+		return ready
+	case vip4:
+		return ready[:split]
+	default:
+		return ready[split:]
+	}
 }
 
 func (b *balancer) close() {

@@ -30,6 +30,8 @@ type tcpListener struct {
 	closeOnce sync.Once
 	// idle hands accepted connections to workers waiting for one.
 	idle chan job
+	// vip4: the listener's VIP is IPv4 (pick prefers backends of its family).
+	vip4 bool
 }
 
 // workerIdle is how long a connection's goroutine waits for the next one
@@ -48,7 +50,7 @@ func listenTCP(b *balancer, addr netip.AddrPort, backendPort int) (*tcpListener,
 	if err != nil {
 		return nil, err
 	}
-	l := &tcpListener{b: b, ln: ln, done: make(chan struct{}), idle: make(chan job)}
+	l := &tcpListener{b: b, ln: ln, done: make(chan struct{}), idle: make(chan job), vip4: addr.Addr().Unmap().Is4()}
 	l.state.proto, l.state.addr = api.ProtocolTCP, addr.String()
 	l.route.Store(&route{port: backendPort})
 	go l.serve()
@@ -180,7 +182,7 @@ func (l *tcpListener) handle(client *net.TCPConn) {
 	r := l.route.Load()
 	var tried map[*backend]bool
 	for attempt := 0; attempt < 3; attempt++ {
-		be := l.b.pick(clientIP, tried)
+		be := l.b.pick(l.vip4, clientIP, tried)
 		if be == nil {
 			break
 		}

@@ -20,6 +20,8 @@ type udpListener struct {
 	state       serveState
 	done        chan struct{}
 	closeOnce   sync.Once
+	// vip4: the listener's VIP is IPv4 (pick prefers backends of its family).
+	vip4 bool
 
 	mu    sync.Mutex
 	flows map[netip.AddrPort]*udpFlow
@@ -46,7 +48,7 @@ func listenUDP(b *balancer, addr netip.AddrPort, backendPort int) (*udpListener,
 			return nil, err
 		}
 	}
-	l := &udpListener{b: b, conn: conn, done: make(chan struct{}), flows: map[netip.AddrPort]*udpFlow{}}
+	l := &udpListener{b: b, conn: conn, done: make(chan struct{}), flows: map[netip.AddrPort]*udpFlow{}, vip4: addr.Addr().Unmap().Is4()}
 	l.state.proto, l.state.addr = api.ProtocolUDP, addr.String()
 	l.backendPort.Store(int64(backendPort))
 	go l.serve()
@@ -139,7 +141,7 @@ func (l *udpListener) flow(client netip.AddrPort) *udpFlow {
 		l.state.rejected.Add(1)
 		return nil
 	}
-	be := l.b.pick(client.Addr(), nil)
+	be := l.b.pick(l.vip4, client.Addr(), nil)
 	if be == nil {
 		releaseBoth(&l.b.flows, l.b.globalFlows)
 		return nil
