@@ -148,3 +148,54 @@ func TestDualStackVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestIngressFamiliesVerdict(t *testing.T) {
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	for _, tc := range []struct {
+		name     string
+		ingress  []string
+		families []corev1.IPFamily
+		ok       bool
+	}{
+		{"dual, both", []string{"10.0.0.1", "fd00:1::1"}, []corev1.IPFamily{v4, v6}, true},
+		{"dual, IPv6 primary, both in any order", []string{"10.0.0.1", "fd00:1::1"}, []corev1.IPFamily{v6, v4}, true},
+		{"dual, one missing", []string{"10.0.0.1"}, []corev1.IPFamily{v4, v6}, false},
+		{"IPv6 only", []string{"fd00:1::1"}, []corev1.IPFamily{v6}, true},
+		{"IPv6 only, an IPv4 ingress too", []string{"fd00:1::1", "10.0.0.1"}, []corev1.IPFamily{v6}, false},
+		{"IPv4 only, got IPv6", []string{"fd00:1::1"}, []corev1.IPFamily{v4}, false},
+		{"two of one family", []string{"10.0.0.1", "10.0.0.2"}, []corev1.IPFamily{v4, v6}, false},
+		{"hostname", []string{"lb.example.com"}, []corev1.IPFamily{v4}, false},
+		{"no families yet", []string{"10.0.0.1"}, nil, false},
+		{"no ingress yet", nil, []corev1.IPFamily{v4}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if ok, msg := ingressFamiliesVerdict(tc.ingress, tc.families); ok != tc.ok {
+				t.Errorf("got %v (%s), want %v", ok, msg, tc.ok)
+			}
+		})
+	}
+}
+
+func TestETPLocalFamiliesVerdict(t *testing.T) {
+	now := time.Now()
+	be := func(name, addr string, healthy bool) api.BackendHealth {
+		return api.BackendHealth{Name: name, Address: addr, Healthy: healthy, LastChecked: now}
+	}
+	for _, tc := range []struct {
+		name string
+		bs   []api.BackendHealth
+		ok   bool
+	}{
+		{"the node's two families", []api.BackendHealth{be("a", "10.0.0.1", true), be("a", "fd00:1::1", true), be("b", "10.0.0.2", false), be("b", "fd00:1::2", false)}, true},
+		{"only IPv4 healthy", []api.BackendHealth{be("a", "10.0.0.1", true), be("a", "fd00:1::1", false)}, false},
+		{"another node healthy on IPv6", []api.BackendHealth{be("a", "10.0.0.1", true), be("a", "fd00:1::1", true), be("b", "fd00:1::2", true)}, false},
+		{"unchecked", []api.BackendHealth{be("a", "10.0.0.1", true), {Name: "a", Address: "fd00:1::1", Healthy: true}}, false},
+		{"draining", []api.BackendHealth{be("a", "10.0.0.1", true), {Name: "a", Address: "fd00:1::1", Healthy: true, Draining: true, LastChecked: now}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if ok, msg := etpLocalFamiliesVerdict(&api.LoadBalancerHealth{Backends: tc.bs}, "a"); ok != tc.ok {
+				t.Errorf("got %v (%s), want %v", ok, msg, tc.ok)
+			}
+		})
+	}
+}

@@ -135,6 +135,9 @@ type testNode struct {
 	name string
 	inst *api.Instance
 	ip   string
+	// ips are the provided node IPs in the order the "kubelet" gave them:
+	// [ip], or an address of each family (newDualTestNode).
+	ips []string
 }
 
 // newTestNode creates an instance in the local cloud and registers its
@@ -142,6 +145,18 @@ type testNode struct {
 // kubelet's addresses and a Ready condition); both are deleted at the
 // test's end. It skips the test without env.Cloud.
 func newTestNode(ctx context.Context, t *T, suffix string) *testNode {
+	return newTestNodeOf(ctx, t, suffix, false, false)
+}
+
+// newDualTestNode is newTestNode for a dual-stack node: its instance has
+// an address of each family, both given as the provided-node-ip in the
+// order a kubelet's --node-ip=<v4>,<v6> (or <v6>,<v4> with v6First) gives
+// them (KEP-3705: cloud dual-stack node IPs).
+func newDualTestNode(ctx context.Context, t *T, suffix string, v6First bool) *testNode {
+	return newTestNodeOf(ctx, t, suffix, true, v6First)
+}
+
+func newTestNodeOf(ctx context.Context, t *T, suffix string, dual, v6First bool) *testNode {
 	c := t.Env.Cloud
 	if c == nil {
 		t.Skipf("needs a way to create an instance: run against the local cloud with --cloud-data-dir (or --cloud-endpoint)")
@@ -154,7 +169,7 @@ func newTestNode(ctx context.Context, t *T, suffix string) *testNode {
 		t.Fatalf("the cloud lists no zones")
 	}
 	tn := &testNode{name: fmt.Sprintf("conformance-%s-%s", t.Env.RunID, suffix)}
-	inst, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Name: tn.name, Zone: regions[0].Zones[0], Labels: map[string]string{RunLabel: t.Env.RunID}})
+	inst, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Name: tn.name, Zone: regions[0].Zones[0], IPv6: dual, Labels: map[string]string{RunLabel: t.Env.RunID}})
 	if err != nil {
 		t.Fatalf("create instance %s in zone %s: %v", tn.name, regions[0].Zones[0], err)
 	}
@@ -164,30 +179,49 @@ func newTestNode(ctx context.Context, t *T, suffix string) *testNode {
 			t.Errorf("clean-up: delete instance %s (%s): %v", tn.name, inst.ID, err)
 		}
 	})
+	ip6 := ""
 	for _, a := range inst.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); a.Type == api.AddressInternalIP && err == nil && ip.Is4() {
+		ip, err := netip.ParseAddr(a.Address)
+		switch {
+		case a.Type != api.AddressInternalIP || err != nil:
+		case ip.Is4() && tn.ip == "":
 			tn.ip = a.Address
-			break
+		case ip.Is6() && ip6 == "":
+			ip6 = a.Address
 		}
 	}
 	if tn.ip == "" {
 		t.Fatalf("instance %s has no IPv4 InternalIP address: %v", tn.name, inst.Addresses)
 	}
-	t.Logf("instance %s (%s) in %s with address %s", tn.name, inst.ID, inst.Zone, tn.ip)
+	tn.ips = []string{tn.ip}
+	if dual {
+		if ip6 == "" {
+			t.Fatalf("instance %s, created with ipv6, has no IPv6 InternalIP address: %v (the local cloud needs an IPv6 node pool: cloud serve --node-pool-v6)", tn.name, inst.Addresses)
+		}
+		tn.ips = []string{tn.ip, ip6}
+		if v6First {
+			tn.ips = []string{ip6, tn.ip}
+		}
+	}
+	t.Logf("instance %s (%s) in %s with addresses %v", tn.name, inst.ID, inst.Zone, tn.ips)
+	kubeletAddrs := []corev1.NodeAddress{}
+	for _, ip := range tn.ips {
+		kubeletAddrs = append(kubeletAddrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
 
 	now := metav1.Now()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        tn.name,
 			Labels:      map[string]string{RunLabel: t.Env.RunID, corev1.LabelHostname: tn.name, corev1.LabelOSStable: "linux"},
-			Annotations: map[string]string{AnnotationProvidedNodeIP: tn.ip},
+			Annotations: map[string]string{AnnotationProvidedNodeIP: strings.Join(tn.ips, ",")},
 		},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
 			{Key: TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 			{Key: TaintTestNode, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 		}},
 		Status: corev1.NodeStatus{
-			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tn.ip}, {Type: corev1.NodeHostName, Address: tn.name}},
+			Addresses: append(kubeletAddrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: tn.name}),
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 				Message: "registered by the conformance suite", LastHeartbeatTime: now, LastTransitionTime: now}},
 		},
@@ -220,8 +254,8 @@ func (tn *testNode) waitInitialized(ctx context.Context, t *T) *corev1.Node {
 		if n.Spec.ProviderID == "" {
 			waiting = append(waiting, "spec.providerID is empty")
 		}
-		if ips := addresses(n, corev1.NodeInternalIP); !slices.Equal(ips, []string{tn.ip}) {
-			waiting = append(waiting, fmt.Sprintf("InternalIP addresses are %v, want the provided-node-ip [%s]", ips, tn.ip))
+		if ips := addresses(n, corev1.NodeInternalIP); !slices.Equal(ips, tn.ips) {
+			waiting = append(waiting, fmt.Sprintf("InternalIP addresses are %v, want the provided-node-ip %v in its order", ips, tn.ips))
 		}
 		if len(waiting) > 0 {
 			return false, strings.Join(waiting, "; ")

@@ -22,7 +22,8 @@ func Tests() []Test {
 		credentialsTest(),
 		networkProxyTest(),
 	}
-	return append(tests, LoadBalancerTests()...)
+	tests = append(tests, LoadBalancerTests()...)
+	return append(tests, dualStackTests()...)
 }
 
 // CapabilitiesFromProvider maps what cloud.Discover found in a Portside

@@ -145,12 +145,16 @@ func TestConformance(t *testing.T) {
 // Service without NodePorts (TestConformance's `up` has simulated nodes;
 // docs/conformance.md shows the run with real ones), nor has a pod that
 // can send traffic, nor is dual-stack (test/realnode's TestUpDualStack
-// runs load-balancers/dual-stack). The other tests' needs are all met by
+// runs the dual-stack tests). The other tests' needs are all met by
 // `portside up` and the flags TestConformance passes.
 var wantSkipped = map[string]string{"load-balancers/ip-mode": "needs lb-ip-mode",
-	"load-balancers/dual-stack":          "needs lb-dual-stack",
-	"load-balancers/without-node-ports":  "needs lb-without-node-ports",
-	"load-balancers/etp-local-from-pods": "no schedulable node reports a container runtime"}
+	"load-balancers/dual-stack":           "needs lb-dual-stack",
+	"load-balancers/dual-stack-etp-local": "needs lb-dual-stack",
+	"load-balancers/ip-family-policies":   "needs lb-dual-stack",
+	"nodes/dual-stack-addresses":          "needs lb-dual-stack",
+	"routes/dual-stack":                   "needs lb-dual-stack",
+	"load-balancers/without-node-ports":   "needs lb-without-node-ports",
+	"load-balancers/etp-local-from-pods":  "no schedulable node reports a container runtime"}
 
 type junitResult struct{ status, message string }
 
