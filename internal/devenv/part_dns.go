@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -112,7 +113,18 @@ func startClusterDNS(ctx context.Context, s *stack, env *environment) error {
 		return fmt.Errorf("the kube-dns Service's address: %w", err)
 	}
 	ip := addr.String()
-	objs := dnsObjects(ip)
+	ips := []string{ip}
+	if env.dual && env.realNet.Services6.IsValid() {
+		// The Service of both families (as the kubelets' clusterDNS the
+		// primary's, as kubeadm's dual-stack clusters have it): pods
+		// query it over IPv6 too.
+		a6, err := nthAddr(env.realNet.Services6.String(), dnsServiceIndex)
+		if err != nil {
+			return fmt.Errorf("the kube-dns Service's IPv6 address: %w", err)
+		}
+		ips = append(ips, a6.String())
+	}
+	objs := dnsObjects(ips)
 	for _, o := range objs {
 		data, err := json.Marshal(o.obj)
 		if err != nil {
@@ -131,8 +143,8 @@ func startClusterDNS(ctx context.Context, s *stack, env *environment) error {
 		}
 		st := d.Status
 		if st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == dnsReplicas && st.ReadyReplicas == dnsReplicas && st.Replicas == dnsReplicas {
-			s.p.step("cluster DNS", "ready in %.1fs: %d/%d CoreDNS pods (%s) ready behind Service %s/%s %s (%s, the kubelets' clusterDNS)",
-				time.Since(began).Seconds(), st.ReadyReplicas, dnsReplicas, nodeimages.CoreDNSImage, dnsNamespace, dnsService, ip, dnsDomain)
+			s.p.step("cluster DNS", "ready in %.1fs: %d/%d CoreDNS pods (%s) ready behind Service %s/%s %s (%s; %s the kubelets' clusterDNS)",
+				time.Since(began).Seconds(), st.ReadyReplicas, dnsReplicas, nodeimages.CoreDNSImage, dnsNamespace, dnsService, strings.Join(ips, ", "), dnsDomain, ip)
 			return nil
 		}
 		if time.Since(began) > 3*time.Minute {
@@ -176,8 +188,9 @@ type dnsObject struct {
 }
 
 // dnsObjects are kubeadm's: ServiceAccount, ClusterRole and its binding,
-// the Corefile's ConfigMap, the Deployment and the Service.
-func dnsObjects(ip string) []dnsObject {
+// the Corefile's ConfigMap, the Deployment and the Service, whose
+// ClusterIPs are ips (one, or one per family: PreferDualStack).
+func dnsObjects(ips []string) []dnsObject {
 	opts := metav1.PatchOptions{FieldManager: dnsFieldManager, Force: ptr.To(true)}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: dnsNamespace}
@@ -204,7 +217,7 @@ func dnsObjects(ip string) []dnsObject {
 		ObjectMeta: metav1.ObjectMeta{Name: dnsService, Namespace: dnsNamespace,
 			Labels:      map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS"},
 			Annotations: map[string]string{"prometheus.io/port": "9153", "prometheus.io/scrape": "true"}},
-		Spec: corev1.ServiceSpec{ClusterIP: ip, Selector: dnsLabels, Ports: []corev1.ServicePort{
+		Spec: corev1.ServiceSpec{ClusterIP: ips[0], ClusterIPs: ips, IPFamilyPolicy: dnsFamilyPolicy(ips), Selector: dnsLabels, Ports: []corev1.ServicePort{
 			{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolUDP},
 			{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", Port: 9153, TargetPort: intstr.FromInt32(9153), Protocol: corev1.ProtocolTCP},
@@ -298,4 +311,15 @@ func dnsDeployment() *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// dnsFamilyPolicy is the kube-dns Service's policy for its ClusterIPs:
+// SingleStack said outright for one, so an environment that was
+// dual-stack before (its data directory kept) is applied back to one
+// family rather than refused.
+func dnsFamilyPolicy(ips []string) *corev1.IPFamilyPolicy {
+	if len(ips) > 1 {
+		return ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+	}
+	return ptr.To(corev1.IPFamilyPolicySingleStack)
 }

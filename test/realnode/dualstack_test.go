@@ -184,19 +184,54 @@ func TestUpDualStack(t *testing.T) {
 	}
 	t.Logf("RequireDualStack Service: VIPs %v answered by %v from the host and from a pod", vips, names)
 
+	// Cluster DNS of both families: kube-dns has a ClusterIP of each
+	// (PreferDualStack; the kubelets' clusterDNS is the IPv4 one, as
+	// kubeadm's), and CoreDNS answers the Service's A and AAAA records
+	// with its ClusterIPs, asked over either family.
+	kubeDNS, err := kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := kube.CoreV1().Services(ns).Get(ctx, "dual", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kubeDNS.Spec.ClusterIPs) != 2 || len(cur.Spec.ClusterIPs) != 2 {
+		t.Fatalf("kube-dns ClusterIPs %v, Service dual's %v: want one of each family", kubeDNS.Spec.ClusterIPs, cur.Spec.ClusterIPs)
+	}
+	name := "dual." + ns + ".svc.cluster.local"
+	for _, q := range []struct{ server, typ, want string }{
+		{"", "AAAA", cur.Spec.ClusterIPs[1]}, // the pod's resolv.conf: kube-dns's IPv4 address
+		{kubeDNS.Spec.ClusterIPs[1], "A", cur.Spec.ClusterIPs[0]},
+		{kubeDNS.Spec.ClusterIPs[1], "AAAA", cur.Spec.ClusterIPs[1]},
+	} {
+		args := []string{"-n", ns, "exec", pods[0].Name, "--", "dig", "+short", "+time=3", "+tries=2", q.typ, name}
+		if q.server != "" {
+			args = append(args, "@"+q.server)
+		}
+		var out string
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s %s from pod %s via %q answered %s", q.typ, name, pods[0].Name, q.server, q.want), func() (bool, string) {
+			out, err = kubectlOutput(kubeconfig, args...)
+			return err == nil && strings.TrimSpace(out) == q.want, fmt.Sprintf("%q %v", out, err)
+		})
+	}
+	t.Logf("cluster DNS %v answers %s's A and AAAA (%v) over both families", kubeDNS.Spec.ClusterIPs, name, cur.Spec.ClusterIPs)
+
 	// Portside's conformance suite: its dual-stack test runs (the provider
 	// declares lb-dual-stack from up's cloud config) and passes, beside the
 	// route and core load-balancer tests.
 	conf := exec.Command(testbin.Portside(t), "conformance", "--kubeconfig", kubeconfig, "--cloud-provider=local",
 		"--cloud-config", filepath.Join(data, "ccm", "cloud.yaml"), "--cloud-data-dir", filepath.Join(data, "cloud"), "--max-wait=60s",
-		"--focus", `^(routes/|load-balancers/(dual-stack|ingress-and-traffic)$)`)
+		"--focus", `^(routes/|nodes/dual-stack-addresses$|load-balancers/(dual-stack|dual-stack-etp-local|ip-family-policies|ingress-and-traffic)$)`)
 	report, err := conf.CombinedOutput()
 	t.Logf("portside conformance:\n%s", report)
 	if err != nil {
 		t.Errorf("portside conformance: %v", err)
 	}
-	if !regexp.MustCompile(`load-balancers/dual-stack\s+passed`).Match(report) {
-		t.Errorf("load-balancers/dual-stack did not pass")
+	for _, name := range []string{"load-balancers/dual-stack", "load-balancers/dual-stack-etp-local", "load-balancers/ip-family-policies", "nodes/dual-stack-addresses", "routes/dual-stack"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(name) + `\s+passed`).Match(report) {
+			t.Errorf("%s did not pass", name)
+		}
 	}
 
 	if out, err := exec.Command(testbin.Portside(t), "down", "--data-dir", data).CombinedOutput(); err != nil {

@@ -208,21 +208,27 @@ func (c *cluster) kubectl(t *testing.T, args ...string) error {
 
 // kubectlAt runs the pinned kubectl with a kubeconfig, in namespace default.
 func kubectlAt(kubeconfig string, args ...string) error {
+	_, err := kubectlOutput(kubeconfig, args...)
+	return err
+}
+
+// kubectlOutput is kubectlAt returning what kubectl printed.
+func kubectlOutput(kubeconfig string, args ...string) (string, error) {
 	dir, err := tools.BinDir()
 	if err != nil {
-		return err
+		return "", err
 	}
 	bin, err := tools.Path(dir, tools.Kubectl)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig, "-n", "default"}, args...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
-	return nil
+	return string(out), nil
 }
 
 func tryGet(url string) (string, error) {

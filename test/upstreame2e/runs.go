@@ -39,6 +39,10 @@ type Run struct {
 	// skip themselves without 3 zones of 2 schedulable nodes each.
 	Nodes int `json:"nodes,omitempty"`
 	Zones int `json:"zones,omitempty"`
+	// IPFamily is up's --ip-family for this run (ipv4 when empty): dual
+	// for the dual-stack specs, which skip themselves on a single-stack
+	// cluster.
+	IPFamily string `json:"ipFamily,omitempty"`
 }
 
 // Image is an image the runs' specs pull and where it comes from.
@@ -86,6 +90,11 @@ func (f File) check() error {
 		}
 		if r.Nodes < 0 || r.Zones < 0 || (r.Nodes > 0 && r.Zones > r.Nodes) {
 			return fmt.Errorf("run %s: nodes %d, zones %d: want zones 0 to nodes (a zone without nodes serves nothing), 0 for the defaults", r.Name, r.Nodes, r.Zones)
+		}
+		switch r.IPFamily {
+		case "", "ipv4", "dual":
+		default:
+			return fmt.Errorf("run %s: ipFamily %q: want ipv4 or dual (up's --ip-family)", r.Name, r.IPFamily)
 		}
 		for _, p := range r.Focus {
 			if _, err := regexp.Compile(p); err != nil {

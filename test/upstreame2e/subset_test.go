@@ -19,9 +19,10 @@ import (
 
 // TestUpstreamLoadBalancerSubset runs the "subset" run of runs.yaml, a few
 // of Kubernetes' own LoadBalancer specs, against `portside up` with two
-// real nodes: session affinity through the VIP, UDP kept while its server
-// pod moves, ETP=Local through all nodes with endpoints, the cleanup
-// finalizer. Every spec of
+// real nodes, dual-stack (the run's ipFamily): session affinity through
+// the VIP, UDP kept while its server pod moves, ETP=Local through all
+// nodes with endpoints, the cleanup finalizer, ..., and five of the
+// [Feature:IPv6DualStack] specs. Every spec of
 // the subset must run and pass (none skipped); a regression of the CCM's
 // service controller, the local cloud's load balancers or the real-node
 // data plane fails it. e2e.test and ginkgo come from `make e2e-tools`.
@@ -66,7 +67,11 @@ func TestUpstreamLoadBalancerSubset(t *testing.T) {
 	}
 	ctx := context.Background()
 	began := time.Now()
-	up, err := StartUp(ctx, portside, root, filepath.Join(t.TempDir(), "up"), 2)
+	var extra []string
+	if run.IPFamily != "" {
+		extra = append(extra, "--ip-family="+run.IPFamily)
+	}
+	up, err := StartUp(ctx, portside, root, filepath.Join(t.TempDir(), "up"), 2, extra...)
 	if up != nil {
 		t.Cleanup(func() {
 			if err := up.Stop(ctx); err != nil {

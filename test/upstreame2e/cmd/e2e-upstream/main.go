@@ -45,6 +45,7 @@ func run() error {
 		portside    = flag.String("portside", filepath.Join(root, "_output", "bin", "portside"), "the portside binary (make build)")
 		nodes       = flag.Int("nodes", 3, "real nodes of the environment brought up (default: the run's nodes in the runs file, else 3)")
 		zones       = flag.Int("zones", 0, "up's --zones: zones the nodes are spread over (default: the run's zones in the runs file, else up's default)")
+		ipFamily    = flag.String("ip-family", "", "up's --ip-family: ipv4 or dual (default: the run's ipFamily in the runs file, else ipv4); any run can be made in dual mode")
 		ccmBinary   = flag.String("ccm-binary", "", "up's --ccm-binary: run this CCM instead of portside's (e.g. test/upstreamccm, for the comparison)")
 		ginkgoNodes = flag.Int("ginkgo-nodes", 2, "ginkgo --nodes: parallel suite processes (the machine has 2 cores)")
 		timeout     = flag.Duration("timeout", 2*time.Hour, "ginkgo --timeout for the whole suite")
@@ -71,6 +72,9 @@ func run() error {
 	}
 	if !set["zones"] && r.Zones > 0 {
 		*zones = r.Zones
+	}
+	if !set["ip-family"] {
+		*ipFamily = r.IPFamily
 	}
 	bin, err := tools.BinDir()
 	if err != nil {
@@ -108,6 +112,9 @@ func run() error {
 		var extra []string
 		if *zones > 0 {
 			extra = append(extra, fmt.Sprintf("--zones=%d", *zones))
+		}
+		if *ipFamily != "" {
+			extra = append(extra, "--ip-family="+*ipFamily)
 		}
 		if *ccmBinary != "" {
 			extra = append(extra, "--ccm-binary", *ccmBinary)
