@@ -16,8 +16,11 @@ import (
 // Exposed is a host service served to the VPC at the gateway: a listener
 // in the router namespace whose connections are relayed to a loopback
 // address on the host. The service itself never listens beyond loopback.
+// In a dual-stack VPC it listens at the IPv6 gateway too, on the same
+// port: an IPv6-only cluster's pods reach kube-apiserver there.
 type Exposed struct {
 	l      net.Listener
+	l6     net.Listener
 	target string
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -33,27 +36,48 @@ func (nw *Network) Expose(ctx context.Context, port int, target string) (*Expose
 		return nil, err
 	}
 	e := &Exposed{l: l, target: target, conns: map[net.Conn]struct{}{}}
-	logger := klog.FromContext(ctx).WithValues("at", l.Addr().String(), "target", target)
-	logger.V(2).Info("Exposed to the VPC")
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					logger.Error(err, "Accept failed")
-				}
-				return
-			}
-			e.wg.Add(1)
-			go func() {
-				defer e.wg.Done()
-				e.relay(c)
-			}()
+	if nw.gw6.IsValid() {
+		at := l.Addr().(*net.TCPAddr).Port
+		if e.l6, err = ListenIn(nw.RouterNetns(), "tcp", net.JoinHostPort(nw.gw6.String(), strconv.Itoa(at))); err != nil {
+			_ = l.Close()
+			return nil, err
 		}
-	}()
+	}
+	logger := klog.FromContext(ctx).WithValues("at", l.Addr().String(), "target", target)
+	logger.V(2).Info("Exposed to the VPC", "at6", e.Addr6())
+	for _, ln := range []net.Listener{e.l, e.l6} {
+		if ln != nil {
+			e.wg.Add(1)
+			go e.serve(logger, ln)
+		}
+	}
 	return e, nil
+}
+
+func (e *Exposed) serve(logger klog.Logger, l net.Listener) {
+	defer e.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				logger.Error(err, "Accept failed")
+			}
+			return
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.relay(c)
+		}()
+	}
+}
+
+// Addr6 is the IPv6 gateway's address and port (invalid: an IPv4 VPC).
+func (e *Exposed) Addr6() netip.AddrPort {
+	if e.l6 == nil {
+		return netip.AddrPort{}
+	}
+	return e.l6.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // Addr is the gateway address and port the VPC reaches the service at.
@@ -107,6 +131,9 @@ func (e *Exposed) relay(c net.Conn) {
 // Close stops serving and ends every relayed connection.
 func (e *Exposed) Close() error {
 	err := e.l.Close()
+	if e.l6 != nil {
+		_ = e.l6.Close()
+	}
 	e.mu.Lock()
 	e.closed = true
 	for c := range e.conns {

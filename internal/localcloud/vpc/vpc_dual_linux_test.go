@@ -2,6 +2,7 @@ package vpc_test
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -66,6 +67,24 @@ func TestVPCDualStack(t *testing.T) {
 	echoIn(t, nw.RouterNetns()[len("/run/netns/"):], netip.AddrPortFrom(vip, 7005))
 	expectEcho(t, "", netip.AddrPortFrom(vip, 7005))
 	expectEcho(t, m1, netip.AddrPortFrom(vip, 7005))
+
+	// A loopback-only host service exposed at both gateways, one port:
+	// a machine reaches it over IPv6 too.
+	lo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lo.Close()
+	go serveEcho(lo)
+	ex, err := nw.Expose(context.Background(), 0, lo.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	if ex.Addr6() != netip.AddrPortFrom(nw.Gateway6(), ex.Addr().Port()) {
+		t.Errorf("exposed at %v and %v, want the IPv6 gateway %v on the same port", ex.Addr(), ex.Addr6(), nw.Gateway6())
+	}
+	expectEcho(t, m1, ex.Addr6())
 
 	// An IPv6 route for machine 2's pod range.
 	podNet := netip.PrefixFrom(r.Pods6.Addr(), 64)
