@@ -58,11 +58,13 @@ func testLBIPFamilyPolicies(ctx context.Context, t *T) {
 
 	create("lb-prefer-dual", corev1.IPFamilyPolicyPreferDualStack)
 	svc := check("lb-prefer-dual", "PreferDualStack")
-	if len(svc.Spec.IPFamilies) != 2 {
-		t.Logf("the cluster is single-stack (%v): PreferDualStack got one family", svc.Spec.IPFamilies)
-	}
 	create("lb-ipv6", corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)
 	check("lb-ipv6", "SingleStack IPv6")
+	if len(svc.Spec.IPFamilies) != 2 {
+		// kube-apiserver refuses RequireDualStack there.
+		t.Logf("the cluster is single-stack (PreferDualStack got %v): the change between dual- and single-stack is not checked", svc.Spec.IPFamilies)
+		return
+	}
 
 	create("lb-downgrade", corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)
 	before := check("lb-downgrade", "RequireDualStack")

@@ -177,14 +177,15 @@ func Up(ctx context.Context, opts Options) (err error) {
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
 	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
-		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install, dual: opts.IPFamily == IPFamilyDual}
+		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install, dual: opts.IPFamily == IPFamilyDual,
+		ipv6Only: opts.IPFamily == IPFamilyIPv6}
 	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {
 		var err error
 		if env.realNet, err = loadRealNetwork(l); err != nil {
 			return nil, "nodes", err
 		}
-		if env.dual {
+		if env.vpc6() {
 			if err := ensureRealNetwork6(l, &env.realNet); err != nil {
 				return nil, "nodes", err
 			}

@@ -19,22 +19,20 @@ const (
 )
 
 // checkIPFamily says what is wrong with --ip-family for the node mode
-// chosen: dual-stack runs on real nodes (their VPC carries both families;
-// simulated nodes' IPv6 VIPs would need a route on the host), and an
-// IPv6-only cluster is not built yet.
+// chosen: dual-stack and IPv6-only clusters run on real nodes (their VPC
+// carries both families; simulated nodes' IPv6 VIPs would need a route on
+// the host).
 func checkIPFamily(family, mode string) error {
 	switch family {
 	case "", IPFamilyIPv4:
 		return nil
-	case IPFamilyDual:
+	case IPFamilyDual, IPFamilyIPv6:
 		if mode != NodeModeReal {
-			return fmt.Errorf("--ip-family=dual runs on real nodes (their VPC carries both families): use --node-mode=real (or auto on a machine that allows real nodes), or --ip-family=ipv4")
+			return fmt.Errorf("--ip-family=%s runs on real nodes (their VPC carries both families): use --node-mode=real (or auto on a machine that allows real nodes), or --ip-family=ipv4", family)
 		}
 		return nil
-	case IPFamilyIPv6:
-		return fmt.Errorf("--ip-family=ipv6 (an IPv6-only cluster) is not supported yet: use --ip-family=dual, whose nodes, pods and routes have both families")
 	}
-	return fmt.Errorf("--ip-family %q: want ipv4 or dual", family)
+	return fmt.Errorf("--ip-family %q: want ipv4, dual or ipv6", family)
 }
 
 // realNetwork6 is a dual-stack environment's IPv6 plan: a /48 of the

@@ -14,8 +14,9 @@ func TestCheckIPFamily(t *testing.T) {
 		{"ipv4", IPFamilyIPv4, NodeModeReal, ""},
 		{"dual on real nodes", IPFamilyDual, NodeModeReal, ""},
 		{"dual on simulated nodes", IPFamilyDual, NodeModeSimulated, "--ip-family=dual runs on real nodes"},
-		{"ipv6 only", IPFamilyIPv6, NodeModeReal, "--ip-family=ipv6 (an IPv6-only cluster) is not supported yet"},
-		{"unknown", "ipv5", NodeModeReal, `--ip-family "ipv5": want ipv4 or dual`},
+		{"ipv6 on real nodes", IPFamilyIPv6, NodeModeReal, ""},
+		{"ipv6 on simulated nodes", IPFamilyIPv6, NodeModeSimulated, "--ip-family=ipv6 runs on real nodes"},
+		{"unknown", "ipv5", NodeModeReal, `--ip-family "ipv5": want ipv4, dual or ipv6`},
 	} {
 		err := checkIPFamily(tc.family, tc.mode)
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {

@@ -37,7 +37,12 @@ func apiServerEndpoints(gateway netip.Addr) *corev1.Endpoints {
 // publishAPIServerEndpoint writes apiServerEndpoints (create, or update
 // what an earlier run wrote).
 func publishAPIServerEndpoint(ctx context.Context, s *stack, env *environment) error {
-	want := apiServerEndpoints(env.realNet.gateway())
+	gw := env.realNet.gateway()
+	if env.ipv6Only {
+		// The kubernetes Service is IPv6: its endpoint must be too.
+		gw = env.realNet.gateway6()
+	}
+	want := apiServerEndpoints(gw)
 	eps := env.client.CoreV1().Endpoints(metav1.NamespaceDefault)
 	cur, err := eps.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
@@ -51,7 +56,7 @@ func publishAPIServerEndpoint(ctx context.Context, s *stack, env *environment) e
 		return fmt.Errorf("the kubernetes Service's endpoint for pods: %w", err)
 	}
 	s.p.step("control plane", "pods reach kube-apiserver as Service default/kubernetes (%s) at the VPC gateway %s",
-		env.kubernetesServiceIP(), netip.AddrPortFrom(env.realNet.gateway(), apiServerGatewayPort))
+		env.kubernetesServiceIP(), netip.AddrPortFrom(gw, apiServerGatewayPort))
 	return nil
 }
 

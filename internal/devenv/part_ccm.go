@@ -291,7 +291,7 @@ func findServingAddr(path string, offset int64) string {
 // the admin token.
 func writeHostCloudConfig(env *environment) error {
 	cfg := fmt.Sprintf("endpoint: %s\ntokenFile: %s\n", env.cloudEndpoint, filepath.Join(env.cloud(), "token"))
-	if env.dual {
+	if env.vpc6() {
 		cfg += "dualStack: true\n" // the cloud has an IPv6 VIP pool
 	}
 	return os.WriteFile(env.cloudConfig(), []byte(cfg), 0o600)

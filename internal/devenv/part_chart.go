@@ -194,7 +194,7 @@ func chartPrerequisites(ctx context.Context, env *environment) error {
 		return err
 	}
 	cloudYAML := fmt.Sprintf("endpoint: %s\ntoken: %s\n", strings.TrimSpace(string(endpoint)), strings.TrimSpace(string(token)))
-	if env.dual {
+	if env.vpc6() {
 		cloudYAML += "dualStack: true\n"
 	}
 	svcHost := chartWebhookService + "." + ChartNamespace + ".svc"

@@ -93,7 +93,7 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 		apiHost := strings.TrimPrefix(env.cp.URL, "https://")
 		args = func(listen, registryListen string) []string {
 			args := append(plain(listen, registryListen), env.realNet.cloudArgs(apiHost)...)
-			if env.dual {
+			if env.vpc6() {
 				args = append(args, env.realNet.cloudArgs6()...)
 			}
 			return args

@@ -52,8 +52,10 @@ type environment struct {
 	realNodes bool
 	realNet   realNetwork
 	// dual: --ip-family=dual (real nodes only): the VPC, instances, pod
-	// and Service ranges have both families.
-	dual bool
+	// and Service ranges have both families. ipv6Only: --ip-family=ipv6
+	// (real nodes): the VPC and instances are dual-stack, the cluster's
+	// node IPs, pods, Services and load balancers IPv6 only.
+	dual, ipv6Only bool
 
 	// networkProxy: kube-apiserver's cluster egress goes through
 	// proxy-server and per-zone agents (netproxyState says where).
@@ -64,6 +66,9 @@ type environment struct {
 // podCIDR and serviceCIDR are the environment's ranges: real nodes' are
 // chosen per environment (realNetwork), simulated nodes' are fixed.
 func (env *environment) podCIDR() string {
+	if env.realNodes && env.ipv6Only && env.realNet.Pods6.IsValid() {
+		return env.realNet.Pods6.String()
+	}
 	if env.realNodes && env.realNet.Pods.IsValid() {
 		return dualList(env.realNet.Pods.String(), env.realNet.Pods6, env.dual)
 	}
@@ -71,6 +76,9 @@ func (env *environment) podCIDR() string {
 }
 
 func (env *environment) serviceCIDR() string {
+	if env.realNodes && env.ipv6Only && env.realNet.Services6.IsValid() {
+		return env.realNet.Services6.String()
+	}
 	if env.realNodes && env.realNet.Services.IsValid() {
 		return dualList(env.realNet.Services.String(), env.realNet.Services6, env.dual)
 	}
@@ -92,6 +100,9 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 		// Pods reach it by the kubernetes Service's ClusterIP
 		// (publishAPIServerEndpoint), which their clients verify too.
 		opts.RealNodes, opts.ExtraServingHosts = true, []string{env.realNet.gateway().String(), env.kubernetesServiceIP()}
+		if env.vpc6() {
+			opts.ExtraServingHosts = append(opts.ExtraServingHosts, env.realNet.gateway6().String())
+		}
 		// Webhooks and aggregated APIs behind a Service (the chart's
 		// persistent-volume-label webhook) are dialed at an endpoint, a
 		// pod's or node's address the network proxy's agents reach, not
@@ -130,3 +141,7 @@ func startControlPlane(ctx context.Context, s *stack, env *environment) error {
 	s.p.step("control plane", "Kubernetes %s ready at %s (kube-apiserver pid %d, etcd pid %d)", v.GitVersion, cp.URL, pids["kube-apiserver"], pids["etcd"])
 	return nil
 }
+
+// vpc6: the VPC and its instances are dual-stack (--ip-family dual or
+// ipv6).
+func (env *environment) vpc6() bool { return env.dual || env.ipv6Only }

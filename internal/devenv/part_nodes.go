@@ -202,6 +202,16 @@ func instanceIPv4(inst api.Instance) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("machine %s (%s) has no IPv4 address", inst.Name, inst.ID)
 }
 
+// instanceIPv6 is an instance's IPv6 InternalIP (a dual-stack VPC's).
+func instanceIPv6(inst api.Instance) (netip.Addr, error) {
+	for _, a := range inst.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == api.AddressInternalIP && ip.Is6() {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("machine %s (%s) has no IPv6 address", inst.Name, inst.ID)
+}
+
 func firstError(ctx context.Context, errs []error) error {
 	for _, err := range errs {
 		if err != nil {

@@ -185,6 +185,10 @@ func subnets(pool netip.Prefix, bits int) []netip.Prefix {
 // gateway is where the machines reach the host's services.
 func (n realNetwork) gateway() netip.Addr { return n.Subnet.Masked().Addr().Next() }
 
+// gateway6 is the IPv6 one (a dual-stack VPC's): where an IPv6-only
+// cluster's pods reach kube-apiserver.
+func (n realNetwork) gateway6() netip.Addr { return n.Subnet6.Masked().Addr().Next() }
+
 // cloudArgs are `cloud serve`'s flags for real machines: the subnet as its
 // node pool, the uplink, the pod range routed into the VPC, every range
 // covered on the host (the Service range too: nothing answers it outside
@@ -330,6 +334,7 @@ func realUserData(ctx context.Context, env *environment, bins tools.NodeBinaries
 		Mirrors:    map[string]string{"registry.k8s.io": vpcRegistry, env.registryHost: vpcRegistry, strings.TrimPrefix(vpcRegistry, "http://"): vpcRegistry},
 		NodeLabels: map[string]string{LabelMachine: "real"},
 		ClusterDNS: env.clusterDNS(), // the kube-dns Service (part_dns.go)
+		IPv6Only:   env.ipv6Only,
 	}
 	data, err := json.Marshal(c)
 	return string(data), err
@@ -371,7 +376,7 @@ func ensureRealInstances(ctx context.Context, env *environment, n int, zones []s
 				return
 			}
 			created, err := env.cloudClient.CreateInstance(ctx, api.CreateInstanceRequest{Name: name, Zone: zone,
-				Labels: map[string]string{LabelMachine: "real"}, UserData: ud, IPv6: env.dual})
+				Labels: map[string]string{LabelMachine: "real"}, UserData: ud, IPv6: env.vpc6()})
 			if err != nil {
 				errs[i] = fmt.Errorf("create machine %s: %w", name, err)
 				return
@@ -379,6 +384,11 @@ func ensureRealInstances(ctx context.Context, env *environment, n int, zones []s
 			inst = *created
 		}
 		ip, err := instanceIPv4(inst)
+		if env.ipv6Only {
+			// The node's one address in the cluster (its kubelet's
+			// --node-ip, its agent's health).
+			ip, err = instanceIPv6(inst)
+		}
 		env.nodes[i], errs[i] = nodeInfo{name: name, zone: inst.Zone, ip: ip}, err
 	})
 	return firstError(ctx, errs)

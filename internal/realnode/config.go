@@ -28,6 +28,11 @@ type BootConfig struct {
 	// kubelet then reports both (--node-ip=<v4>,<v6>, which
 	// --cloud-provider=external accepts since KEP-3705).
 	NodeIP6 string `json:"nodeIP6,omitempty"`
+	// IPv6Only: the cluster is IPv6 only on a dual-stack VPC (up
+	// --ip-family=ipv6): ForCluster makes the IPv6 address the node's
+	// only one, so kubelet, kube-proxy and the agent use IPv6 alone; the
+	// machine keeps its IPv4 address to reach the gateway.
+	IPv6Only bool `json:"ipv6Only,omitempty"`
 	// Dir is the machine's own directory on the host ("its disk").
 	Dir string `json:"dir"`
 	// JoinCgroups are the cgroup.procs files the init writes its PID to
@@ -147,6 +152,11 @@ func (c *BootConfig) Validate() error {
 	if _, err := netip.ParseAddr(c.NodeIP); err != nil {
 		errs = append(errs, fmt.Errorf("nodeIP %q: %v", c.NodeIP, err))
 	}
+	if c.IPv6Only {
+		if a, err := netip.ParseAddr(c.NodeIP); err == nil && !a.Is6() {
+			errs = append(errs, fmt.Errorf("ipv6Only: nodeIP %q is not an IPv6 address: the machine has none (its VPC is not dual-stack?)", c.NodeIP))
+		}
+	}
 	if c.NodeIP6 != "" {
 		if a, err := netip.ParseAddr(c.NodeIP6); err != nil || !a.Is6() || a.Is4In6() {
 			errs = append(errs, fmt.Errorf("nodeIP6 %q: not an IPv6 address", c.NodeIP6))
@@ -227,4 +237,18 @@ func checkDualCIDRs(list string) error {
 		return fmt.Errorf("two CIDRs of one family: give one IPv4 and one IPv6")
 	}
 	return nil
+}
+
+// SetAddresses gives the config the machine's addresses (v6 invalid
+// without one): an IPv6-only cluster's node has v6 alone as its NodeIP.
+func (c *BootConfig) SetAddresses(v4, v6 netip.Addr) {
+	c.NodeIP, c.NodeIP6 = v4.String(), ""
+	switch {
+	case c.IPv6Only && v6.IsValid():
+		c.NodeIP = v6.String()
+	case c.IPv6Only:
+		c.NodeIP = "" // Validate says why
+	case v6.IsValid():
+		c.NodeIP6 = v6.String()
+	}
 }

@@ -269,13 +269,22 @@ hostnameOverride: %q
 clusterCIDR: %q
 # Inside the machine's namespace "all addresses" are the machine's own:
 # the cloud's load balancers health-check this port.
-healthzBindAddress: 0.0.0.0:10256
+healthzBindAddress: %[5]s
 metricsBindAddress: 127.0.0.1:10249
 nodePortAddresses: ["primary"]
 oomScoreAdj: 0
 # The conntrack table size is host-wide: leave it and the timeouts alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, c.KubeProxyKubeconfig, mode, c.NodeName, c.ClusterCIDR)
+`, c.KubeProxyKubeconfig, mode, c.NodeName, c.ClusterCIDR, proxyHealthz(c))
+}
+
+// proxyHealthz is kube-proxy's healthz address: every address of the
+// node's family (an IPv6-only node's kube-proxy serves IPv6 alone).
+func proxyHealthz(c *BootConfig) string {
+	if c.IPv6Only {
+		return `"[::]:10256"`
+	}
+	return "0.0.0.0:10256"
 }
 
 // kernelDefaults are the values kubelet's protectKernelDefaults expects

@@ -118,9 +118,11 @@ func inClusterClientWorks(t *testing.T, client kubernetes.Interface, ns string) 
 	ctx := context.Background()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "in-cluster"},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "curl", Image: nodeimages.AgnhostImage,
-			Command: []string{"/bin/sh", "-c", `curl -sS --max-time 20 --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt ` +
+			// As net.JoinHostPort: an IPv6-only cluster's host in brackets.
+			Command: []string{"/bin/sh", "-c", `h=$KUBERNETES_SERVICE_HOST; case $h in *:*) h="[$h]";; esac; ` +
+				`curl -sS --max-time 20 --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt ` +
 				`-H "Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)" ` +
-				`https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version`}}}}}
+				`https://$h:$KUBERNETES_SERVICE_PORT/version`}}}}}
 	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

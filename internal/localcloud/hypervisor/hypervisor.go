@@ -237,10 +237,8 @@ func (h *Hypervisor) Boot(ctx context.Context, inst api.Instance, userData strin
 	if m.Running() {
 		return nil
 	}
-	c.NodeName, c.NodeIP, c.Dir = inst.Name, m.Addr().String(), filepath.Join(h.opts.Dir, inst.ID)
-	if a := m.Addr6(); a.IsValid() {
-		c.NodeIP6 = a.String()
-	}
+	c.NodeName, c.Dir = inst.Name, filepath.Join(h.opts.Dir, inst.ID)
+	c.SetAddresses(m.Addr(), m.Addr6())
 	c.JoinCgroups, c.CgroupRoot = m.SystemProcsFiles(), m.CgroupPath()
 	if err := c.Validate(); err != nil {
 		return err
