@@ -92,9 +92,9 @@ func (f File) check() error {
 			return fmt.Errorf("run %s: nodes %d, zones %d: want zones 0 to nodes (a zone without nodes serves nothing), 0 for the defaults", r.Name, r.Nodes, r.Zones)
 		}
 		switch r.IPFamily {
-		case "", "ipv4", "dual":
+		case "", "ipv4", "dual", "ipv6":
 		default:
-			return fmt.Errorf("run %s: ipFamily %q: want ipv4 or dual (up's --ip-family)", r.Name, r.IPFamily)
+			return fmt.Errorf("run %s: ipFamily %q: want ipv4, dual or ipv6 (up's --ip-family)", r.Name, r.IPFamily)
 		}
 		for _, p := range r.Focus {
 			if _, err := regexp.Compile(p); err != nil {

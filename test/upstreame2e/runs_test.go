@@ -59,6 +59,9 @@ func TestLoadChecks(t *testing.T) {
 		{"zones alone (the runner's nodes)", "runs:\n- {name: a, provider: local, focus: [x], zones: 1}\n", ""},
 		{"more zones than nodes", "runs:\n- {name: a, provider: local, focus: [x], nodes: 2, zones: 3}\n", "want zones 0 to nodes"},
 		{"negative nodes", "runs:\n- {name: a, provider: local, focus: [x], nodes: -1}\n", "want zones 0 to nodes"},
+		{"dual-stack", "runs:\n- {name: a, provider: local, focus: [x], ipFamily: dual}\n", ""},
+		{"IPv6 only", "runs:\n- {name: a, provider: local, focus: [x], ipFamily: ipv6}\n", ""},
+		{"unknown family", "runs:\n- {name: a, provider: local, focus: [x], ipFamily: IPv6}\n", `ipFamily "IPv6": want ipv4, dual or ipv6`},
 		{"an unknown field", "runs:\n- {name: a, provider: local, focus: [x], skips: []}\n", "unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,7 +45,7 @@ func run() error {
 		portside    = flag.String("portside", filepath.Join(root, "_output", "bin", "portside"), "the portside binary (make build)")
 		nodes       = flag.Int("nodes", 3, "real nodes of the environment brought up (default: the run's nodes in the runs file, else 3)")
 		zones       = flag.Int("zones", 0, "up's --zones: zones the nodes are spread over (default: the run's zones in the runs file, else up's default)")
-		ipFamily    = flag.String("ip-family", "", "up's --ip-family: ipv4 or dual (default: the run's ipFamily in the runs file, else ipv4); any run can be made in dual mode")
+		ipFamily    = flag.String("ip-family", "", "up's --ip-family: ipv4, dual or ipv6 (default: the run's ipFamily in the runs file, else ipv4); any run can be made in dual mode")
 		ccmBinary   = flag.String("ccm-binary", "", "up's --ccm-binary: run this CCM instead of portside's (e.g. test/upstreamccm, for the comparison)")
 		ginkgoNodes = flag.Int("ginkgo-nodes", 2, "ginkgo --nodes: parallel suite processes (the machine has 2 cores)")
 		timeout     = flag.Duration("timeout", 2*time.Hour, "ginkgo --timeout for the whole suite")
