@@ -240,14 +240,13 @@ func checkDualCIDRs(list string) error {
 }
 
 // SetAddresses gives the config the machine's addresses (v6 invalid
-// without one): an IPv6-only cluster's node has v6 alone as its NodeIP.
+// without one): an IPv6-only cluster's node has v6 alone as its NodeIP
+// (without one, Validate refuses the IPv4 one, saying why).
 func (c *BootConfig) SetAddresses(v4, v6 netip.Addr) {
 	c.NodeIP, c.NodeIP6 = v4.String(), ""
 	switch {
 	case c.IPv6Only && v6.IsValid():
 		c.NodeIP = v6.String()
-	case c.IPv6Only:
-		c.NodeIP = "" // Validate says why
 	case v6.IsValid():
 		c.NodeIP6 = v6.String()
 	}

@@ -195,7 +195,11 @@ func CheckUserData(userData string) (*realnode.BootConfig, error) {
 		return nil, fmt.Errorf("user data is not a machine boot configuration (JSON of realnode.BootConfig): %v", err)
 	}
 	probe := c
-	probe.NodeName, probe.NodeIP, probe.Dir, probe.CgroupRoot = "probe", "198.18.0.2", "/probe", "/probe"
+	probe.NodeName, probe.Dir, probe.CgroupRoot = "probe", "/probe", "/probe"
+	// Addresses of both families (a documentation range, never used): an
+	// IPv6-only machine without an IPv6 address is refused at boot, by
+	// machineAddr6's check of the instance.
+	probe.SetAddresses(netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:db8::2"))
 	if err := probe.Validate(); err != nil {
 		return nil, fmt.Errorf("user data: %w", err)
 	}
