@@ -98,7 +98,12 @@ func startCloud(ctx context.Context, s *stack, env *environment) error {
 			}
 			return args
 		}
-		s.p.step("local cloud", "real machines in VPC %s (gateway %s serves kube-apiserver and the registry to them)", env.realNet.Subnet, env.realNet.gateway())
+		if env.vpc6() {
+			s.p.step("local cloud", "real machines in dual-stack VPC %s, %s (gateways %s, %s serve kube-apiserver and the registry to them; IPv6 VIPs %s)",
+				env.realNet.Subnet, env.realNet.Subnet6, env.realNet.gateway(), env.realNet.gateway6(), env.realNet.VIPs6)
+		} else {
+			s.p.step("local cloud", "real machines in VPC %s (gateway %s serves kube-apiserver and the registry to them)", env.realNet.Subnet, env.realNet.gateway())
+		}
 	}
 	logPath := filepath.Join(env.logs(), "cloud.log")
 	p, err := proc.Start("local cloud", exe, args("127.0.0.1:0", "127.0.0.1:0"), nil, logPath)
