@@ -96,9 +96,15 @@ func famFlag(a netip.Addr) string {
 // SetRoutedVIP makes the router forward r (replacing what it did for
 // r.VIP before).
 func (nw *Network) SetRoutedVIP(r RoutedVIP) error {
+	// Via its own family's subnet: an IPv6 VIP is forwarded to the
+	// machines' IPv6 addresses (a dual-stack VPC's).
+	subnet := nw.cfg.Subnet.Prefix
+	if !r.VIP.Is4() {
+		subnet = nw.cfg.Subnet6.Prefix
+	}
 	for _, v := range r.Via {
-		if !nw.cfg.Subnet.Prefix.Contains(v) {
-			return fmt.Errorf("routed VIP %s via %s: the backend is not a machine of the VPC subnet %s", r.VIP, v, nw.cfg.Subnet.Prefix)
+		if !subnet.IsValid() || !subnet.Contains(v) {
+			return fmt.Errorf("routed VIP %s via %s: the backend is not a machine of the VPC subnet of its family (%s)", r.VIP, v, subnet)
 		}
 	}
 	if !slices.ContainsFunc(nw.cfg.Local, func(l Range) bool { return l.Prefix.Contains(r.VIP) }) {
@@ -177,6 +183,7 @@ func (nw *Network) routeVIPsSetup() error {
 		{"net.ipv4.conf.all.rp_filter", "0"},
 		{"net.ipv4.conf." + nw.n.bridge + ".rp_filter", "0"},
 		{"net.ipv4.fib_multipath_hash_policy", "1"},
+		{"net.ipv6.fib_multipath_hash_policy", "1"},
 	} {
 		if err := writeSysctlIn(path, kv[0], kv[1]); err != nil {
 			return fmt.Errorf("VPC router: %s=%s: %w", kv[0], kv[1], err)

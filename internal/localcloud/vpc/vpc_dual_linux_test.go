@@ -68,6 +68,27 @@ func TestVPCDualStack(t *testing.T) {
 	expectEcho(t, "", netip.AddrPortFrom(vip, 7005))
 	expectEcho(t, m1, netip.AddrPortFrom(vip, 7005))
 
+	// A routed IPv6 VIP: the router forwards its port to machine 1's IPv6
+	// address (where the VIP is local, as kube-proxy makes it), and after
+	// its deletion refuses it again; a backend outside the IPv6 subnet is
+	// refused.
+	rvip := r.VIPs6.Addr().Next().Next().Next()
+	ipCmd(t, "-n", m1, "addr", "add", rvip.String()+"/128", "dev", "lo", "nodad")
+	echoIn(t, m1, netip.AddrPortFrom(rvip, 7006))
+	routed := vpc.RoutedVIP{VIP: rvip, Ports: []vpc.VIPPort{{Protocol: "tcp", Port: 7006}}, Via: []netip.Addr{b1}}
+	if err := nw.SetRoutedVIP(routed); err != nil {
+		t.Fatal(err)
+	}
+	expectEcho(t, "", netip.AddrPortFrom(rvip, 7006))
+	expectEcho(t, m2, netip.AddrPortFrom(rvip, 7006))
+	if err := nw.SetRoutedVIP(vpc.RoutedVIP{VIP: rvip, Ports: routed.Ports, Via: []netip.Addr{a1}}); err == nil {
+		t.Errorf("SetRoutedVIP %v via the IPv4 address %v: no error", rvip, a1)
+	}
+	if err := nw.DeleteRoutedVIP(rvip); err != nil {
+		t.Fatal(err)
+	}
+	expectNoConn(t, "", netip.AddrPortFrom(rvip, 7006))
+
 	// A loopback-only host service exposed at both gateways, one port:
 	// a machine reaches it over IPv6 too.
 	lo, err := net.Listen("tcp", "127.0.0.1:0")
