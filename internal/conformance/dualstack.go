@@ -154,26 +154,7 @@ func testLBDualStackETPLocal(ctx context.Context, t *T) {
 	}
 	for _, a := range ingress {
 		hp := net.JoinHostPort(a, strconv.Itoa(lbPort))
-		streak := 0
-		t.Eventually(ctx, lbTrafficTimeout, fmt.Sprintf("10 requests in a row to http://%s/hostname answered by pod %s", hp, podName),
-			func(ctx context.Context) (bool, string) {
-				ans, err := lbGet(ctx, hp, "/hostname")
-				msg := ""
-				switch {
-				case err != nil:
-					msg = err.Error()
-				case lbCheckServed(ans, []string{podName}) != "":
-					msg = lbCheckServed(ans, []string{podName})
-				case ans.Node != "" && ans.Node != node:
-					msg = fmt.Sprintf("answered through node %s (X-Node), not %s where the pod runs", ans.Node, node)
-				}
-				if msg != "" {
-					streak = 0
-					return false, msg
-				}
-				streak++
-				return streak >= 10, ""
-			})
+		lbWaitLocalStreak(ctx, t, hp, podName, node)
 		src, err := lbSourceAddr(hp)
 		if err != nil {
 			t.Fatalf("find the runner's source address towards %s: %v", hp, err)

@@ -285,30 +285,7 @@ func testLBETPLocal(ctx context.Context, t *T) {
 		return
 	}
 	hp := net.JoinHostPort(addr, strconv.Itoa(lbPort))
-	// Health checks take a while to take the other nodes out of rotation
-	// (they refuse or drop Local traffic): wait for 10 answers in a row.
-	streak := 0
-	var answer httpAnswer
-	t.Eventually(ctx, lbTrafficTimeout, fmt.Sprintf("10 requests in a row to http://%s/hostname answered by pod %s on node %s", hp, podName, node),
-		func(ctx context.Context) (bool, string) {
-			a, err := lbGet(ctx, hp, "/hostname")
-			msg := ""
-			switch {
-			case err != nil:
-				msg = err.Error()
-			case lbCheckServed(a, []string{podName}) != "":
-				msg = lbCheckServed(a, []string{podName})
-			case a.Node != "" && a.Node != node:
-				msg = fmt.Sprintf("answered through node %s (X-Node), not %s where the pod runs", a.Node, node)
-			}
-			if msg != "" {
-				streak = 0
-				return false, msg
-			}
-			streak++
-			answer = a
-			return streak >= 10, ""
-		})
+	answer := lbWaitLocalStreak(ctx, t, hp, podName, node)
 	via := ""
 	if answer.Node != "" {
 		via = " through node " + answer.Node

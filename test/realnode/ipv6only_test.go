@@ -7,18 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/portside-io/portside/internal/hostsnap"
-	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
 )
@@ -77,33 +74,8 @@ func TestUpIPv6Only(t *testing.T) {
 	inClusterClientWorks(t, kube, ns)
 
 	labels := map[string]string{"app": "six"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "six", Namespace: ns}, Spec: appsv1.DeploymentSpec{
-		Replicas: ptrTo[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
-				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
-			Containers: []corev1.Container{{Name: "netexec", Image: nodeimages.AgnhostImage, Args: []string{"netexec", "--http-port=8080"},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
-		}},
-	}}
-	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var pods []corev1.Pod
-	testenv.Eventually(t, 3*time.Minute, "2 ready pods with one IPv6 address each, on both nodes", func() (bool, string) {
-		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=six"})
-		if err != nil {
-			return false, err.Error()
-		}
-		pods = nil
-		on := map[string]bool{}
-		for _, p := range list.Items {
-			if podIsReady(&p) && len(p.Status.PodIPs) == 1 && is6(p.Status.PodIPs[0].IP) {
-				pods = append(pods, p)
-				on[p.Spec.NodeName] = true
-			}
-		}
-		return len(pods) == 2 && len(on) == 2, fmt.Sprintf("%d ready IPv6-only pods on %v", len(pods), on)
+	pods := spreadNetexec(t, kube, ns, "six", "with one IPv6 address each", func(p corev1.Pod) bool {
+		return len(p.Status.PodIPs) == 1 && is6(p.Status.PodIPs[0].IP)
 	})
 	kexec := func(pod string, args ...string) (string, error) {
 		return kubectlOutput(kubeconfig, append([]string{"-n", ns, "exec", pod, "--"}, args...)...)
@@ -134,18 +106,7 @@ func TestUpIPv6Only(t *testing.T) {
 	})
 	names := []string{pods[0].Name, pods[1].Name}
 	url := "http://" + netip.AddrPortFrom(vip, 8080).String() + "/hostname"
-	answered := map[string]bool{}
-	testenv.Eventually(t, time.Minute, "both pods answering "+url+" from the host", func() (bool, string) {
-		body, err := getFresh(url)
-		if err != nil {
-			return false, err.Error()
-		}
-		if !slices.Contains(names, strings.TrimSpace(body)) {
-			return false, "answered by " + body
-		}
-		answered[strings.TrimSpace(body)] = true
-		return len(answered) == 2, fmt.Sprint(answered)
-	})
+	answeredByAll(t, url, names)
 	if _, err := kexec(pods[0].Name, "/agnhost", "connect", netip.AddrPortFrom(vip, 8080).String(), "--timeout=5s"); err != nil {
 		t.Errorf("pod %s cannot reach the VIP %s: %v", pods[0].Name, vip, err)
 	}

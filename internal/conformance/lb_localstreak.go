@@ -1,0 +1,36 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+)
+
+// lbWaitLocalStreak waits for 10 requests in a row to http://hp/hostname
+// answered by podName through node, its own (externalTrafficPolicy Local:
+// health checks take a while to take the other nodes out of rotation,
+// and they refuse or drop Local traffic), and returns the last answer.
+func lbWaitLocalStreak(ctx context.Context, t *T, hp, podName, node string) httpAnswer {
+	streak := 0
+	var answer httpAnswer
+	t.Eventually(ctx, lbTrafficTimeout, fmt.Sprintf("10 requests in a row to http://%s/hostname answered by pod %s on node %s", hp, podName, node),
+		func(ctx context.Context) (bool, string) {
+			a, err := lbGet(ctx, hp, "/hostname")
+			msg := ""
+			switch {
+			case err != nil:
+				msg = err.Error()
+			case lbCheckServed(a, []string{podName}) != "":
+				msg = lbCheckServed(a, []string{podName})
+			case a.Node != "" && a.Node != node:
+				msg = fmt.Sprintf("answered through node %s (X-Node), not %s where the pod runs", a.Node, node)
+			}
+			if msg != "" {
+				streak = 0
+				return false, msg
+			}
+			streak++
+			answer = a
+			return streak >= 10, ""
+		})
+	return answer
+}
