@@ -62,7 +62,7 @@ e2e-tools: ## Build Kubernetes' own e2e suite (e2e.test) and ginkgo at KUBE_VERS
 # E2E_FLAGS=--ccm-binary=<upstream's CCM> (the comparison run).
 RUN ?= loadbalancer
 E2E_FLAGS ?=
-e2e-upstream: tools build node-packages e2e-tools ## Run Kubernetes' e2e suite (RUN=loadbalancer|cloud-provider-kind|traffic-distribution|subset) against portside up with real nodes: JUnit and summary in _output/e2e-upstream
+e2e-upstream: tools build node-packages e2e-tools ## Run Kubernetes' e2e suite (RUN=loadbalancer|loadbalancer-dual|loadbalancer-ipv6|dual-stack|cloud-provider-kind|traffic-distribution|subset) against portside up with real nodes: JUnit and summary in _output/e2e-upstream
 	$(GO) run ./test/upstreame2e/cmd/e2e-upstream --run '$(RUN)' --portside $(CURDIR)/$(BIN) $(E2E_FLAGS)
 
 .PHONY: helm
