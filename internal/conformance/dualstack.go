@@ -137,17 +137,9 @@ func testLBDualStackETPLocal(ctx context.Context, t *T) {
 	}
 	if env.Cloud != nil {
 		lb := lbWaitCloud(ctx, t, svc, 30*time.Second, "a VIP of each family", func(lb *api.LoadBalancer) (bool, string) { return dualStackVerdict(lb.VIPs) })
-		var last *api.LoadBalancerHealth
-		t.Eventually(ctx, 2*time.Minute, fmt.Sprintf("the healthy backends of load balancer %s to be node %s's address of each family, no other", lb.Name, node),
-			func(ctx context.Context) (bool, string) {
-				h, err := env.Cloud.LoadBalancerHealth(ctx, lb.Name)
-				if err != nil {
-					return false, "load balancer health: " + err.Error()
-				}
-				last = h
-				return etpLocalFamiliesVerdict(h, node)
-			})
-		t.Logf("local cloud: load balancer %s backends %s", lb.Name, lbDescribeHealth(last))
+		lbWaitHealth(ctx, t, lb.Name, fmt.Sprintf("to be node %s's address of each family, no other", node), func(h *api.LoadBalancerHealth) (bool, string) {
+			return etpLocalFamiliesVerdict(h, node)
+		})
 	}
 	if !lbReachable(t, "traffic of each family from the pod's node only, client address preserved") {
 		return

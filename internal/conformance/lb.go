@@ -269,17 +269,9 @@ func testLBETPLocal(ctx context.Context, t *T) {
 				return hc.Type == api.HealthCheckHTTP && hc.Port == int(hcPort) && hc.Path == "/healthz",
 					fmt.Sprintf("health check %s port %d path %q", hc.Type, hc.Port, hc.Path)
 			})
-		var last *api.LoadBalancerHealth
-		t.Eventually(ctx, 2*time.Minute, fmt.Sprintf("the healthy backends of load balancer %s to be exactly [%s], the pod's node", lb.Name, node),
-			func(ctx context.Context) (bool, string) {
-				h, err := env.Cloud.LoadBalancerHealth(ctx, lb.Name)
-				if err != nil {
-					return false, "load balancer health: " + err.Error()
-				}
-				last = h
-				return slices.Equal(lbHealthyNames(h), []string{node}), "backends " + lbDescribeHealth(h)
-			})
-		t.Logf("local cloud: load balancer %s backends %s", lb.Name, lbDescribeHealth(last))
+		lbWaitHealth(ctx, t, lb.Name, fmt.Sprintf("to be exactly [%s], the pod's node", node), func(h *api.LoadBalancerHealth) (bool, string) {
+			return slices.Equal(lbHealthyNames(h), []string{node}), "backends " + lbDescribeHealth(h)
+		})
 	}
 	if !lbReachable(t, "traffic from the pod's node only, client address preserved") {
 		return

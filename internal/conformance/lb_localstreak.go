@@ -3,6 +3,9 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
 // lbWaitLocalStreak waits for 10 requests in a row to http://hp/hostname
@@ -33,4 +36,20 @@ func lbWaitLocalStreak(ctx context.Context, t *T, hp, podName, node string) http
 			return streak >= 10, ""
 		})
 	return answer
+}
+
+// lbWaitHealth waits (2 minutes) until the local cloud's health of load
+// balancer name passes verdict (what: what the healthy backends must be)
+// and logs it.
+func lbWaitHealth(ctx context.Context, t *T, name, what string, verdict func(*api.LoadBalancerHealth) (bool, string)) {
+	var last *api.LoadBalancerHealth
+	t.Eventually(ctx, 2*time.Minute, fmt.Sprintf("the healthy backends of load balancer %s %s", name, what), func(ctx context.Context) (bool, string) {
+		h, err := t.Env.Cloud.LoadBalancerHealth(ctx, name)
+		if err != nil {
+			return false, "load balancer health: " + err.Error()
+		}
+		last = h
+		return verdict(h)
+	})
+	t.Logf("local cloud: load balancer %s backends %s", name, lbDescribeHealth(last))
 }
