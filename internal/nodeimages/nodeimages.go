@@ -242,8 +242,19 @@ const toolsArchBinary = tools.Agnhost
 
 // Build makes every image from the binaries in binDir (tools.BinDir()).
 // A binary that is missing or would not run in an image without a libc is
-// refused, saying to run `make tools`.
-func Build(binDir string) ([]Image, error) { return buildAll(binDir, hostToolsLayer) }
+// refused, saying to run `make tools`. The images are also named by the
+// aliases of binDir's AliasesFile.
+func Build(binDir string) ([]Image, error) {
+	aliases, err := readAliases(binDir)
+	if err != nil {
+		return nil, err
+	}
+	images, err := buildAll(binDir, hostToolsLayer)
+	if err != nil {
+		return nil, err
+	}
+	return withAliases(images, aliases)
+}
 
 func buildAll(binDir string, toolsLayer toolsLayerFunc) ([]Image, error) {
 	var out []Image
