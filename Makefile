@@ -65,6 +65,14 @@ E2E_FLAGS ?=
 e2e-upstream: tools build node-packages e2e-tools ## Run Kubernetes' e2e suite (RUN=loadbalancer|loadbalancer-dual|loadbalancer-ipv6|dual-stack|cloud-provider-kind|traffic-distribution|subset) against portside up with real nodes: JUnit and summary in _output/e2e-upstream
 	$(GO) run ./test/upstreame2e/cmd/e2e-upstream --run '$(RUN)' --portside $(CURDIR)/$(BIN) $(E2E_FLAGS)
 
+.PHONY: lkg
+# LKG_FLAGS adds flags, e.g. LKG_FLAGS=--versions=v1.36.3,v1.37.2,
+# LKG_FLAGS='--providers=local,mine=<ccm binary>' (any CCM with upstream's
+# flags), LKG_FLAGS=--e2e-run=none (conformance only).
+LKG_FLAGS ?=
+lkg: tools build node-packages e2e-tools ## Last known good: conformance + upstream e2e subset per provider (Portside's CCM, upstream's through the adapter, test/brokenccm) x Kubernetes release (the newest patch of the 3 newest minors), real nodes; report (JSON, Markdown, changes since the last) in _output/lkg
+	$(GO) run ./test/lkg/cmd/lkg --portside $(CURDIR)/$(BIN) $(LKG_FLAGS)
+
 .PHONY: helm
 helm: ## Build the helm CLI at the version go.mod pins into _output/tools/helm-<version>/helm (docs/install.md uses it)
 	@hack/build-helm.sh

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // JUnit XML, as CI systems read it.
@@ -60,3 +61,32 @@ func WriteJUnit(w io.Writer, suiteName string, results []Result) error {
 }
 
 func seconds(s float64) string { return fmt.Sprintf("%.3f", s) }
+
+// ReadJUnit parses what WriteJUnit wrote back into results (Logs from
+// system-out, the message from the failure's or skip's text): the
+// last-known-good matrix (test/lkg) reads each run's report this way.
+func ReadJUnit(r io.Reader) ([]Result, error) {
+	var s junitSuite
+	if err := xml.NewDecoder(r).Decode(&s); err != nil {
+		return nil, fmt.Errorf("conformance JUnit report: %w", err)
+	}
+	out := make([]Result, 0, len(s.Cases))
+	for _, c := range s.Cases {
+		r := Result{Name: c.Name, Status: StatusPassed}
+		var secs float64
+		if _, err := fmt.Sscanf(c.Time, "%g", &secs); err == nil {
+			r.Duration = time.Duration(secs * float64(time.Second))
+		}
+		switch {
+		case c.Failure != nil:
+			r.Status, r.Message = StatusFailed, c.Failure.Text
+		case c.Skipped != nil:
+			r.Status, r.Message = StatusSkipped, c.Skipped.Text
+		}
+		if c.SystemOut != "" {
+			r.Logs = strings.Split(c.SystemOut, "\n")
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

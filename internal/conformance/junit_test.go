@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"encoding/xml"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -16,6 +17,13 @@ func TestWriteJUnitRoundTrip(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteJUnit(&b, "portside-conformance", results); err != nil {
 		t.Fatal(err)
+	}
+	back, err := ReadJUnit(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, results) {
+		t.Errorf("ReadJUnit gave %+v, want %+v", back, results)
 	}
 	var got junitSuite
 	if err := xml.Unmarshal(b.Bytes(), &got); err != nil {

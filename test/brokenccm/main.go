@@ -8,15 +8,26 @@
 //   - lb-backends: load balancers never get backends;
 //   - routes: routes are reported created but never are.
 //
+// With $PORTSIDE_BROKEN_SINCE set to a Kubernetes minor version (e.g.
+// v1.37), what the file lists breaks only when the cluster's
+// kube-apiserver is that version or newer, as a provider broken by a
+// change in Kubernetes would be: the last-known-good matrix (test/lkg)
+// shows it passing on the older releases and failing from that one on.
+//
 // It takes `portside up --ccm-binary`'s flags (upstream's, no "ccm"
 // subcommand) and serves as provider "local".
 package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -43,11 +54,65 @@ func main() {
 		args = append(args, a)
 	}
 	os.Args = args
+	if since := os.Getenv("PORTSIDE_BROKEN_SINCE"); since != "" {
+		on, err := serverAtLeast(args, since)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "brokenccm: PORTSIDE_BROKEN_SINCE=%s: %v\n", since, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "brokenccm: kube-apiserver is %s v%s: breaking what $PORTSIDE_BROKEN_FILE lists: %v\n",
+			map[bool]string{true: "at least", false: "older than"}[on], since[1:], on)
+		versionBreaks = on
+	}
 	os.Exit(cli.Execute())
+}
+
+// versionBreaks is false when PORTSIDE_BROKEN_SINCE is newer than the
+// cluster: nothing breaks.
+var versionBreaks = true
+
+// serverAtLeast asks the kube-apiserver of args' --kubeconfig whether it
+// is at least version since (major.minor).
+func serverAtLeast(args []string, since string) (bool, error) {
+	want, err := version.ParseGeneric(since)
+	if err != nil {
+		return false, err
+	}
+	var kubeconfig string
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+			kubeconfig = v
+		} else if a == "--kubeconfig" && i+1 < len(args) {
+			kubeconfig = args[i+1]
+		}
+	}
+	if kubeconfig == "" {
+		return false, fmt.Errorf("no --kubeconfig among the flags to ask kube-apiserver's version with")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return false, err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	info, err := c.Discovery().ServerVersion()
+	if err != nil {
+		return false, err
+	}
+	got, err := version.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return false, err
+	}
+	return got.AtLeast(version.MajorMinor(want.Major(), want.Minor())), nil
 }
 
 // breaks says whether what is broken right now.
 func breaks(what string) bool {
+	if !versionBreaks {
+		return false
+	}
 	data, err := os.ReadFile(os.Getenv("PORTSIDE_BROKEN_FILE"))
 	if err != nil {
 		return false

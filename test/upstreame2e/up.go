@@ -41,10 +41,17 @@ func (u *Up) Output() string { return u.out.String() }
 // cloud then refuses the second ("overlaps the host's route"): StartUp
 // forgets the choice and starts again, up to busyWait.
 func StartUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...string) (*Up, error) {
+	return StartUpEnv(ctx, bin, dir, dataDir, nodes, nil, extra...)
+}
+
+// StartUpEnv is StartUp with env added to up's environment (e.g.
+// PORTSIDE_TOOLS_BIN: another release's tools, for the last-known-good
+// matrix).
+func StartUpEnv(ctx context.Context, bin, dir, dataDir string, nodes int, env []string, extra ...string) (*Up, error) {
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(busyWait)
 	for {
-		u, err := startUp(ctx, bin, dir, dataDir, nodes, extra...)
+		u, err := startUp(ctx, bin, dir, dataDir, nodes, env, extra...)
 		if err == nil || !RangesBusy(u.Output()) || time.Now().After(deadline) {
 			return u, err
 		}
@@ -70,12 +77,15 @@ func RangesBusy(upOutput string) bool {
 	return strings.Contains(upOutput, "overlaps the host's route")
 }
 
-func startUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...string) (*Up, error) {
+func startUp(ctx context.Context, bin, dir, dataDir string, nodes int, env []string, extra ...string) (*Up, error) {
 	args := append([]string{"up", "--node-mode=real", fmt.Sprintf("--nodes=%d", nodes), "--data-dir", dataDir}, extra...)
 	klog.FromContext(ctx).Info("Starting portside up", "args", args)
 	u := &Up{bin: bin, dataDir: dataDir, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	u.cmd = exec.Command(bin, args...)
 	u.cmd.Dir = dir
+	if env != nil {
+		u.cmd.Env = append(os.Environ(), env...)
+	}
 	u.cmd.Stdout, u.cmd.Stderr = u.out, u.out
 	u.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := u.cmd.Start(); err != nil {
