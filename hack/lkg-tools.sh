@@ -102,7 +102,8 @@ go build -trimpath -ldflags "$ldflags -X main.Version=${agnhost_tag}" -o "$tmp/"
   k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/test/images/agnhost
 echo "lkg-tools: building e2e.test $version and ginkgo $ginkgo_version (minutes)" >&2
 go get "github.com/onsi/ginkgo/v2@$ginkgo_version" >/dev/null 2>&1 || go get "github.com/onsi/ginkgo/v2@$ginkgo_version"
-go test -c -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
+# -vet=off: go test would vet all of e2e (minutes of CPU) for a binary.
+go test -c -vet=off -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
 go build -trimpath -ldflags '-s -w' -o "$tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 kill $ticker 2>/dev/null || true; ticker=
 
