@@ -173,3 +173,68 @@ func orNone(v string) string {
 	}
 	return v
 }
+
+// Skews of a cell: the CCM's libraries against the control plane.
+const (
+	SkewNone = ""
+	// SkewCCMOlder: the CCM is one minor older than kube-apiserver, as
+	// upstream's version skew policy allows (during an upgrade the control
+	// plane goes first).
+	SkewCCMOlder = "ccm-one-minor-older"
+	// SkewCCMNewer: the CCM's libraries are newer than the control plane,
+	// which the policy does not promise to work; the matrix runs it
+	// because providers ship one CCM build to clusters of several
+	// releases.
+	SkewCCMNewer = "ccm-newer"
+	// SkewUnsupported: older by more than one minor.
+	SkewUnsupported = "ccm-older-unsupported"
+)
+
+// Skew is the CCM's release (ccm) against the control plane's (kube), by
+// minor version; "" when either is unknown or they match.
+func Skew(ccm, kube string) string {
+	c, err1 := version.ParseSemantic(ccm)
+	k, err2 := version.ParseSemantic(kube)
+	if err1 != nil || err2 != nil || c.Minor() == k.Minor() {
+		return SkewNone
+	}
+	switch {
+	case c.Minor() > k.Minor():
+		return SkewCCMNewer
+	case k.Minor()-c.Minor() == 1:
+		return SkewCCMOlder
+	default:
+		return SkewUnsupported
+	}
+}
+
+// SkewReleases are the releases of the run a CCM of release ccm is run
+// on when it is the older side: those exactly one minor newer (what
+// upstream's skew policy allows a CCM to lag), e.g. a v1.36 CCM on v1.37
+// control planes.
+func SkewReleases(ccm string, releases []string) []string {
+	var out []string
+	for _, k := range releases {
+		if Skew(ccm, k) == SkewCCMOlder {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// PreviousRelease is the release before the newest in a run's releases
+// (oldest first): the "previous release" whose CCM runs against the
+// newest control plane.
+func PreviousRelease(releases []string) (string, error) {
+	newest, err := version.ParseSemantic(releases[len(releases)-1])
+	if err != nil {
+		return "", err
+	}
+	for i := len(releases) - 2; i >= 0; i-- {
+		if v, err := version.ParseSemantic(releases[i]); err == nil && v.Minor()+1 == newest.Minor() {
+			return releases[i], nil
+		}
+	}
+	return "", fmt.Errorf("the releases %s have none a minor before %s: name the CCM's release (upstream-ccm@v1.%d.<patch>) or add it to --versions",
+		strings.Join(releases, ", "), releases[len(releases)-1], newest.Minor()-1)
+}

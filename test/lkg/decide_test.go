@@ -164,12 +164,14 @@ func TestDiff(t *testing.T) {
 
 func TestWriteMarkdown(t *testing.T) {
 	r := &Report{Started: time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC), Took: "1m", Portside: "v0.1", Kubernetes: []string{"v1.36.3", "v1.37.2"},
-		Providers: []Provider{{Name: "local", CCM: "portside ccm"}, {Name: "broken-ccm", CCM: "test/brokenccm"}},
+		Providers: []Provider{{Name: "local", CCM: "portside ccm"}, {Name: "broken-ccm", CCM: "test/brokenccm"},
+			{Name: "upstream-ccm@v1.36.3", CCM: "old", CCMVersion: "k8s.io/cloud-provider v0.36.3", Releases: []string{"v1.37.2"}, NoE2E: "why"}},
 		Cells: []Cell{cell("local", "v1.36.3", Passed), cell("local", "v1.37.2", Passed), cell("broken-ccm", "v1.36.3", Passed),
-			cell("broken-ccm", "v1.37.2", Failed, "routes/pod-cidrs")},
+			cell("broken-ccm", "v1.37.2", Failed, "routes/pod-cidrs"), cell("upstream-ccm@v1.36.3", "v1.37.2", Passed)},
 		LastKnownGood: map[string]LKG{"local": {Version: "v1.37.2", From: "this report"}, "broken-ccm": {Version: "v1.36.3", From: "this report"}},
 		Previous:      "2026-12-01 10:00 UTC", Changes: []Change{{Provider: "broken-ccm", Kubernetes: "v1.37.2", Kind: NewFailure, Tests: []string{"conformance: routes/pod-cidrs"}, Text: "broken-ccm on v1.37.2: failed, was passed"}},
 	}
+	r.Cells[4].Skew = SkewCCMOlder
 	var b strings.Builder
 	if err := WriteMarkdown(&b, r); err != nil {
 		t.Fatal(err)
@@ -178,9 +180,123 @@ func TestWriteMarkdown(t *testing.T) {
 		"| local | portside ccm | passed (1 passed, 0 skipped) | passed (1 passed, 0 skipped) | v1.37.2 |",
 		"| broken-ccm | test/brokenccm | passed (1 passed, 0 skipped) | **failed** (1 of 2): conformance: routes/pod-cidrs | v1.36.3 |",
 		"- **NewFailure**: broken-ccm on v1.37.2: failed, was passed (newly failing: conformance: routes/pod-cidrs)",
+		"| upstream-ccm@v1.36.3 | old; built with k8s.io/cloud-provider v0.36.3; conformance only: why | — | passed (1 passed, 0 skipped) · skew: CCM one minor older (allowed) | none |",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in\n%s", want, b.String())
 		}
+	}
+}
+
+func TestSkew(t *testing.T) {
+	for _, tc := range []struct{ ccm, kube, want string }{
+		{"v1.37.2", "v1.37.2", SkewNone},
+		{"v1.37.2", "v1.37.0", SkewNone},
+		{"v1.36.3", "v1.37.2", SkewCCMOlder},
+		{"v1.35.4", "v1.37.2", SkewUnsupported},
+		{"v1.37.2", "v1.36.3", SkewCCMNewer},
+		{"v1.37.2", "v1.35.4", SkewCCMNewer},
+		{"", "v1.37.2", SkewNone},
+		{"v1.37.2", "garbage", SkewNone},
+	} {
+		if got := Skew(tc.ccm, tc.kube); got != tc.want {
+			t.Errorf("Skew(%q, %q) = %q, want %q", tc.ccm, tc.kube, got, tc.want)
+		}
+	}
+}
+
+func TestSkewReleases(t *testing.T) {
+	run := []string{"v1.35.4", "v1.36.3", "v1.37.2"}
+	for _, tc := range []struct {
+		ccm  string
+		want []string
+	}{
+		{"v1.36.3", []string{"v1.37.2"}},
+		{"v1.35.4", []string{"v1.36.3"}},
+		{"v1.37.2", nil},
+		{"v1.34.3", []string{"v1.35.4"}},
+		{"v1.33.9", nil},
+	} {
+		if got := SkewReleases(tc.ccm, run); !slices.Equal(got, tc.want) {
+			t.Errorf("SkewReleases(%s) = %v, want %v", tc.ccm, got, tc.want)
+		}
+	}
+}
+
+func TestPreviousRelease(t *testing.T) {
+	for _, tc := range []struct {
+		releases []string
+		want     string
+		wantErr  string
+	}{
+		{[]string{"v1.35.4", "v1.36.3", "v1.37.2"}, "v1.36.3", ""},
+		{[]string{"v1.36.3", "v1.37.2"}, "v1.36.3", ""},
+		{[]string{"v1.37.2"}, "", "upstream-ccm@v1.36.<patch>"},
+		{[]string{"v1.35.4", "v1.37.2"}, "", "none a minor before v1.37.2"},
+	} {
+		got, err := PreviousRelease(tc.releases)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: %q, %v; want error %q", tc.releases, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%v: %q, %v; want %q", tc.releases, got, err, tc.want)
+		}
+	}
+}
+
+func TestCCMGoMod(t *testing.T) {
+	goMod := []byte(`module github.com/portside-io/portside
+
+go 1.26.0
+
+require (
+	github.com/spf13/cobra v1.10.1
+	k8s.io/api v0.37.2
+	k8s.io/cloud-provider v0.37.2
+	k8s.io/klog/v2 v2.140.0
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd
+	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0
+)
+
+require k8s.io/kms v0.37.2 // indirect
+require k8s.io/old v0.36.1 // indirect
+`)
+	got, err := CCMGoMod("/src/portside", goMod, "v1.36.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"replace github.com/portside-io/portside => /src/portside",
+		"\tk8s.io/api => k8s.io/api v0.36.3\n",
+		"\tk8s.io/cloud-provider => k8s.io/cloud-provider v0.36.3\n",
+		"\tk8s.io/kms => k8s.io/kms v0.36.3\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	// Not Kubernetes-released libraries, nor ones at another minor.
+	for _, not := range []string{"klog", "k8s.io/utils", "konnectivity", "k8s.io/old"} {
+		if strings.Contains(got, not) {
+			t.Errorf("%q replaced:\n%s", not, got)
+		}
+	}
+	for _, tc := range []struct{ release, wantErr string }{
+		{"v1.37.2", "not older"},
+		{"v1.38.0", "not older"},
+		{"1.36", "not a Kubernetes release"},
+	} {
+		if _, err := CCMGoMod("/r", goMod, tc.release); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: %v, want %q", tc.release, err, tc.wantErr)
+		}
+	}
+	if _, err := CCMGoMod("/r", []byte("module x\n"), "v1.36.3"); err == nil || !strings.Contains(err.Error(), "no release of k8s.io/cloud-provider") {
+		t.Errorf("no cloud-provider: %v", err)
+	}
+	if got := StagingRelease("v0.37.2"); got != "v1.37.2" {
+		t.Errorf("StagingRelease = %q", got)
 	}
 }

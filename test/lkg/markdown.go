@@ -3,6 +3,7 @@ package lkg
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -43,10 +44,22 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	b.WriteString("---|\n")
 	for _, p := range r.Providers {
-		fmt.Fprintf(&b, "| %s | %s |", p.Name, p.CCM)
+		ccm := p.CCM
+		if p.CCMVersion != "" {
+			ccm += "; built with " + p.CCMVersion
+		}
+		if p.NoE2E != "" {
+			ccm += "; conformance only: " + p.NoE2E
+		}
+		fmt.Fprintf(&b, "| %s | %s |", p.Name, ccm)
 		for _, k := range r.Kubernetes {
 			c, ok := r.Cell(p.Name, k)
-			fmt.Fprintf(&b, " %s |", cellText(c, ok))
+			switch {
+			case !ok && len(p.Releases) > 0 && !slices.Contains(p.Releases, k):
+				b.WriteString(" — |")
+			default:
+				fmt.Fprintf(&b, " %s%s |", cellText(c, ok), skewText(c.Skew))
+			}
 		}
 		l := r.LastKnownGood[p.Name]
 		text := orNone(l.Version)
@@ -55,6 +68,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(&b, " %s |\n", text)
 	}
+	b.WriteString("\nSkew: each CCM is built with the Kubernetes libraries its row names. Upstream's version skew policy lets a CCM be one minor older than kube-apiserver (the control plane upgrades first), never newer; the newer cells are what a provider shipping one CCM build to clusters of older releases gets.\n")
 	b.WriteString("\n| provider | release | tools | up | conformance | e2e |\n|---|---|---|---|---|---|\n")
 	for _, c := range r.Cells {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.Provider, c.Kubernetes,
@@ -80,6 +94,20 @@ func cellText(c Cell, ok bool) string {
 	default:
 		return "**error**: " + strings.ReplaceAll(firstLine(c.Error), "|", `\|`)
 	}
+}
+
+// skewText marks a cell whose CCM is of another release than its control
+// plane.
+func skewText(skew string) string {
+	switch skew {
+	case SkewCCMOlder:
+		return " · skew: CCM one minor older (allowed)"
+	case SkewCCMNewer:
+		return " · skew: CCM newer"
+	case SkewUnsupported:
+		return " · skew: CCM older than allowed"
+	}
+	return ""
 }
 
 func firstLine(s string) string {

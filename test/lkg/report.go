@@ -50,6 +50,20 @@ type Provider struct {
 	CCM string `json:"ccm"`
 	// CCMBinary is up's --ccm-binary ("" for Portside's own).
 	CCMBinary string `json:"ccmBinary,omitempty"`
+	// CCMVersion is what the CCM was built against (the k8s.io/cloud-provider
+	// release, and Portside's version for Portside's code), so a cell's
+	// skew is read off the report.
+	CCMVersion string `json:"ccmVersion,omitempty"`
+	// CCMRelease is the Kubernetes release of CCMVersion's libraries
+	// (v1.37.2 for k8s.io/cloud-provider v0.37.2): the row's skew against
+	// each control plane (decide.go: Skew).
+	CCMRelease string `json:"ccmRelease,omitempty"`
+	// Releases, when set, are the only releases the row runs on (a CCM of
+	// an older release runs on the control planes newer by the one minor
+	// upstream's skew policy allows: SkewReleases).
+	Releases []string `json:"releases,omitempty"`
+	// NoE2E, when set, says why the row runs the conformance suite only.
+	NoE2E string `json:"noE2E,omitempty"`
 	// Env is added to up's environment (the CCM inherits it).
 	Env []string `json:"env,omitempty"`
 	// BrokenFile, when set, is test/brokenccm's $PORTSIDE_BROKEN_FILE:
@@ -68,6 +82,8 @@ type Cell struct {
 	// Error says why the cell has no verdict of its tests.
 	Error string `json:"error,omitempty"`
 	Tests []Test `json:"tests"`
+	// Skew is the CCM's release against the control plane's (Skew).
+	Skew string `json:"skew,omitempty"`
 	// Seconds per phase: tools, up, conformance, e2e.
 	Seconds map[string]float64 `json:"seconds"`
 }

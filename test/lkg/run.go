@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,12 +49,16 @@ func RunMatrix(ctx context.Context, o Options) *Report {
 		bin, err := ToolsFor(ctx, o.Root, k, o.Out)
 		toolsSecs := time.Since(began).Seconds()
 		for _, p := range o.Providers {
+			if len(p.Releases) > 0 && !slices.Contains(p.Releases, k) {
+				continue
+			}
 			var c Cell
 			if err != nil {
 				c = Cell{Provider: p.Name, Kubernetes: k, Error: "tools: " + err.Error(), Seconds: map[string]float64{}}
 			} else {
 				c = runCell(ctx, o, bin, k, p)
 			}
+			c.Skew = Skew(p.CCMRelease, k)
 			c.Seconds["tools"] = toolsSecs
 			toolsSecs = 0
 			c.Verdict = CellVerdict(c.Tests, c.Error)
@@ -151,7 +156,7 @@ func runCell(ctx context.Context, o Options, bin, k string, p Provider) (c Cell)
 		c.Error = "conformance: " + err.Error()
 		return c
 	}
-	if o.E2E == nil {
+	if o.E2E == nil || p.NoE2E != "" {
 		return c
 	}
 	began = time.Now()

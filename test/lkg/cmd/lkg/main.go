@@ -46,7 +46,7 @@ func run() (bool, error) {
 	var (
 		versions  = flag.String("versions", "", "Kubernetes releases, comma separated (default: the newest patch of each of the --minors newest minor releases the Go module proxy serves)")
 		minors    = flag.Int("minors", 3, "how many minor releases by default")
-		providers = flag.String("providers", "local,upstream-ccm,broken-ccm", "the rows: local (Portside's CCM), upstream-ccm (upstream's CCM with the local provider through the adapter, test/upstreamccm), broken-ccm (test/brokenccm, broken from --broken-since on), or name=<ccm binary> (any CCM taking upstream's flags, serving provider \"local\")")
+		providers = flag.String("providers", "local,upstream-ccm,upstream-ccm@previous,broken-ccm", "the rows: local (Portside's CCM), upstream-ccm (upstream's CCM with the local provider through the adapter, test/upstreamccm), upstream-ccm@<release> (the same built with that older release's Kubernetes libraries, run on the control planes one minor newer; @previous: the release before the newest), broken-ccm (test/brokenccm, broken from --broken-since on), or name=<ccm binary> (any CCM taking upstream's flags, serving provider \"local\")")
 		since     = flag.String("broken-since", "", "the release from which broken-ccm breaks (default: the newest minor of the run)")
 		focus     = flag.String("conformance-focus", "", "portside conformance --focus (default: every test)")
 		e2eRun    = flag.String("e2e-run", "subset", "the run of test/upstreame2e/runs.yaml made with each release's e2e.test; \"none\" for none")
@@ -72,7 +72,7 @@ func run() (bool, error) {
 	if *since == "" {
 		*since = ks[len(ks)-1]
 	}
-	rows, err := buildProviders(ctx, root, *outDir, *providers, *since)
+	rows, err := buildProviders(ctx, root, *outDir, *providers, *since, ks)
 	if err != nil {
 		return false, err
 	}
@@ -151,22 +151,48 @@ func pickVersions(root, flagValue string, minors int) ([]string, error) {
 }
 
 // buildProviders makes the rows, building the test CCMs they name.
-func buildProviders(ctx context.Context, root, outDir, list, since string) ([]lkg.Provider, error) {
+func buildProviders(ctx context.Context, root, outDir, list, since string, releases []string) ([]lkg.Provider, error) {
 	sv, err := version.ParseSemantic(since)
 	if err != nil {
 		return nil, fmt.Errorf("--broken-since %q: %v", since, err)
 	}
+	goMod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return nil, err
+	}
+	libs := lkg.ModuleVersion(goMod, "k8s.io/cloud-provider")
 	var out []lkg.Provider
 	for _, p := range strings.Split(list, ",") {
 		name, bin, custom := strings.Cut(strings.TrimSpace(p), "=")
+		base, at, older := strings.Cut(name, "@")
 		switch {
 		case custom:
 			if _, err := os.Stat(bin); err != nil {
 				return nil, fmt.Errorf("--providers %s: %v", p, err)
 			}
 			out = append(out, lkg.Provider{Name: name, CCM: bin, CCMBinary: bin})
+		case older && base == "upstream-ccm":
+			release := at
+			if at == "previous" {
+				if release, err = lkg.PreviousRelease(releases); err != nil {
+					return nil, fmt.Errorf("--providers %s: %v", p, err)
+				}
+			}
+			on := lkg.SkewReleases(release, releases)
+			if len(on) == 0 {
+				return nil, fmt.Errorf("--providers %s: no release of the run (%s) is one minor newer than %s, the skew upstream allows a CCM", p, strings.Join(releases, ", "), release)
+			}
+			bin, err := lkg.BuildCCMAt(ctx, root, "test/upstreamccm", release, os.Stderr)
+			if err != nil {
+				return nil, fmt.Errorf("--providers %s: %v", p, err)
+			}
+			out = append(out, lkg.Provider{Name: "upstream-ccm@" + release, CCMBinary: bin, Releases: on,
+				CCM:        "upstream's CCM of the previous release: test/upstreamccm built with Kubernetes " + release + "'s libraries",
+				CCMVersion: "k8s.io/cloud-provider v0." + strings.TrimPrefix(release, "v1."), CCMRelease: release})
 		case name == "local":
-			out = append(out, lkg.Provider{Name: name, CCM: "Portside's CCM (portside ccm)"})
+			out = append(out, lkg.Provider{Name: name, CCM: "Portside's CCM (portside ccm)",
+				CCMVersion: "Portside " + describe(root) + ", k8s.io/client-go " + lkg.ModuleVersion(goMod, "k8s.io/client-go"),
+				CCMRelease: lkg.StagingRelease(lkg.ModuleVersion(goMod, "k8s.io/client-go"))})
 		case name == "upstream-ccm", name == "broken-ccm":
 			pkg := map[string]string{"upstream-ccm": "upstreamccm", "broken-ccm": "brokenccm"}[name]
 			bin := filepath.Join(outDir, "bin", pkg)
@@ -175,8 +201,12 @@ func buildProviders(ctx context.Context, root, outDir, list, since string) ([]lk
 			if err := build.Run(); err != nil {
 				return nil, fmt.Errorf("building test/%s: %v", pkg, err)
 			}
-			row := lkg.Provider{Name: name, CCMBinary: bin, CCM: "upstream's CCM (k8s.io/cloud-provider app) with the local provider through the adapter"}
+			row := lkg.Provider{Name: name, CCMBinary: bin, CCM: "upstream's CCM (k8s.io/cloud-provider app) with the local provider through the adapter",
+				CCMVersion: "k8s.io/cloud-provider " + libs, CCMRelease: lkg.StagingRelease(libs)}
 			if name == "broken-ccm" {
+				// The suite's 20 s waits fail the break at once; e2e.test's
+				// specs would each wait minutes for traffic that cannot come.
+				row.NoE2E = "the break fails the conformance suite in seconds, where each e2e spec would wait minutes"
 				broken := filepath.Join(outDir, "broken")
 				minor := "v" + strconv.Itoa(int(sv.Major())) + "." + strconv.Itoa(int(sv.Minor()))
 				row.CCM = "test/brokenccm: no load-balancer backends, no routes on Kubernetes " + minor + " and newer"
@@ -185,7 +215,7 @@ func buildProviders(ctx context.Context, root, outDir, list, since string) ([]lk
 			}
 			out = append(out, row)
 		default:
-			return nil, errors.New("--providers: unknown row " + strconv.Quote(p) + " (local, upstream-ccm, broken-ccm, or name=<ccm binary>)")
+			return nil, errors.New("--providers: unknown row " + strconv.Quote(p) + " (local, upstream-ccm, upstream-ccm@<release>|@previous, broken-ccm, or name=<ccm binary>)")
 		}
 	}
 	return out, nil
