@@ -92,7 +92,7 @@ func BuildCCMAt(ctx context.Context, root, pkg, release string, progress io.Writ
 		return "", err
 	}
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "github.com/portside-io/portside/"+pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/portside-io/portside/"+pkg)
 	cmd.Dir = dir
 	// -mod=mod: the generated module's go.sum is filled by the build.
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
