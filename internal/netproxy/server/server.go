@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,7 +296,13 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 4)
 	serve := func(name string, f func() error) {
 		go func() {
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+			// The label is inherited by every goroutine the server starts,
+			// so a CPU profile splits into the frontend's and the agent
+			// link's costs (pprof -tagfocus=listener=...), as upstream
+			// labels its own.
+			var err error
+			pprof.Do(context.Background(), pprof.Labels("listener", name), func(context.Context) { err = f() })
+			if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
