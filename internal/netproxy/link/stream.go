@@ -1,0 +1,444 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Stream is one proxied connection on a session. Read and Write may be
+// called at once from two goroutines; Close ends it both ways, as
+// konnectivity's CLOSE does.
+type Stream struct {
+	s  *Session
+	id uint64
+
+	mu   sync.Mutex
+	cond *sync.Cond // reads, writes and the dial wait on it
+	// recv is what arrived and was not read yet (pooled buffers; the first
+	// from off on); buffered its length, never over the window.
+	recv     [][]byte
+	off      int
+	buffered int
+	// consumed is read but not yet credited back to the sender.
+	consumed int
+	credit   int // what this side may still send
+	// dialed: 0 waiting for the answer, 1 accepted, -1 refused.
+	dialed  int
+	dialErr string
+	local   bool  // Close called
+	remote  bool  // the peer's Close arrived
+	err     error // the session failed
+	removed bool
+}
+
+func newStream(s *Session, id uint64) *Stream {
+	st := &Stream{s: s, id: id, credit: s.window}
+	st.cond = sync.NewCond(&st.mu)
+	return st
+}
+
+// ID is the connection's ID on its session.
+func (st *Stream) ID() uint64 { return st.id }
+
+// Dial asks the accepting side to open network/address and waits for its
+// answer. On ctx's end the dial is abandoned (the peer closes what it
+// opened late).
+func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, error) {
+	if !s.dialing {
+		return nil, errors.New("portside-link: only the dialing side dials")
+	}
+	if s.peerAway.Load() {
+		return nil, errors.New("portside-link: the agent is draining")
+	}
+	payload, err := dialPayload(network, address)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil, s.err
+	}
+	s.nextID++
+	st := newStream(s, s.nextID)
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	if err := s.writeFrame(header{typ: frameDial, id: st.id}, payload); err != nil {
+		s.remove(st.id)
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		st.mu.Lock()
+		st.cond.Broadcast()
+		st.mu.Unlock()
+	})
+	defer stop()
+	st.mu.Lock()
+	for st.dialed == 0 && st.err == nil && !st.remote && ctx.Err() == nil {
+		st.cond.Wait()
+	}
+	dialed, dialErr, serr := st.dialed, st.dialErr, st.err
+	st.mu.Unlock()
+	switch {
+	case dialed == 1:
+		return st, nil
+	case dialed == -1:
+		st.finish()
+		return nil, fmt.Errorf("dial %s %s: %s", network, address, dialErr)
+	case serr != nil:
+		return nil, serr
+	}
+	_ = st.Close() // abandoned: the peer closes what it opens
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dial %s %s: %w", network, address, err)
+	}
+	return nil, fmt.Errorf("dial %s %s: closed by the agent", network, address)
+}
+
+// Request is a dial the accepting side has not answered yet.
+type Request struct {
+	Network, Address string
+	st               *Stream
+	answered         bool
+}
+
+// Accept waits for the next dial; an error when the session is over.
+func (s *Session) Accept(ctx context.Context) (*Request, error) {
+	select {
+	case r := <-s.accept:
+		return r, nil
+	case <-s.done:
+		return nil, s.Err()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Session) handleDial(id uint64, payload []byte) error {
+	if s.dialing {
+		return errors.New("portside-link: the accepting side sent a dial")
+	}
+	network, address, err := parseDial(payload)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.streams[id] != nil || id <= s.nextID {
+		s.mu.Unlock()
+		return fmt.Errorf("portside-link: dial for connection %d, which is in use or was", id)
+	}
+	s.nextID = id
+	st := newStream(s, id)
+	s.streams[id] = st
+	s.mu.Unlock()
+	select {
+	case s.accept <- &Request{Network: network, Address: address, st: st}:
+	default:
+		s.remove(id)
+		s.writeFrameAsync(header{typ: frameDialErr, id: id}, []byte("agent busy: too many dials pending"))
+	}
+	return nil
+}
+
+// Canceled reports whether the dialing side gave up on the dial (or the
+// session ended): an agent stops dialing and answers with Reject.
+func (r *Request) Canceled() bool {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	return r.st.remote || r.st.err != nil
+}
+
+// Accept answers the dial as made: the stream is the connection's.
+func (r *Request) Accept() (*Stream, error) {
+	if r.answered {
+		return nil, errors.New("portside-link: dial answered twice")
+	}
+	r.answered = true
+	if err := r.st.s.writeFrame(header{typ: frameDialOK, id: r.st.id}, nil); err != nil {
+		return nil, err
+	}
+	return r.st, nil
+}
+
+// Reject answers the dial as failed, with err's text.
+func (r *Request) Reject(err error) {
+	if r.answered {
+		return
+	}
+	r.answered = true
+	r.st.mu.Lock()
+	r.st.local = true
+	r.st.mu.Unlock()
+	r.st.finish()
+	_ = r.st.s.writeFrame(header{typ: frameDialErr, id: r.st.id}, []byte(err.Error()))
+}
+
+// dialAnswer is the accepting side's answer. A refusal ends the stream on
+// that side (it sends nothing more), so a dial abandoned here and refused
+// there is gone from both.
+func (st *Stream) dialAnswer(ok bool, msg string) {
+	st.mu.Lock()
+	if st.dialed == 0 {
+		st.dialed, st.dialErr = -1, msg
+		if ok {
+			st.dialed = 1
+		}
+	}
+	if !ok {
+		st.remote = true
+	}
+	done := !ok && st.local
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	if done {
+		st.finish()
+	}
+}
+
+// push takes a DATA payload from the reader; more than the credit given
+// is the peer's protocol error.
+func (st *Stream) push(buf []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.local || st.err != nil {
+		putBuf(buf)
+		return nil
+	}
+	if st.buffered+len(buf) > st.s.window {
+		putBuf(buf)
+		return fmt.Errorf("portside-link: connection %d sent %d bytes over its credit of %d", st.id, st.buffered+len(buf)-st.s.window, st.s.window)
+	}
+	st.recv = append(st.recv, buf)
+	st.buffered += len(buf)
+	st.cond.Broadcast()
+	return nil
+}
+
+func (st *Stream) addCredit(n int) {
+	st.mu.Lock()
+	st.credit += n
+	st.cond.Broadcast()
+	st.mu.Unlock()
+}
+
+// remoteClose is the peer's Close: reads end after what arrived, writes
+// fail.
+func (st *Stream) remoteClose() {
+	st.mu.Lock()
+	st.remote = true
+	done := st.local
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	if done {
+		st.finish()
+	}
+}
+
+// abort is the session's end.
+func (st *Stream) abort(err error) {
+	st.mu.Lock()
+	st.err = err
+	st.freeRecv()
+	st.cond.Broadcast()
+	st.mu.Unlock()
+}
+
+// finish removes the stream from its session once both sides are done.
+func (st *Stream) finish() {
+	st.mu.Lock()
+	if st.removed {
+		st.mu.Unlock()
+		return
+	}
+	st.removed = true
+	st.mu.Unlock()
+	st.s.remove(st.id)
+}
+
+func (st *Stream) freeRecv() {
+	for _, b := range st.recv {
+		putBuf(b)
+	}
+	st.recv, st.off, st.buffered = nil, 0, 0
+}
+
+// errClosed is a Read or Write after Close.
+var errClosed = errors.New("portside-link: use of a closed connection")
+
+// Read reads what arrived; io.EOF after the peer's Close.
+func (st *Stream) Read(p []byte) (int, error) {
+	st.mu.Lock()
+	for len(st.recv) == 0 && !st.remote && !st.local && st.err == nil {
+		st.cond.Wait()
+	}
+	if st.local {
+		st.mu.Unlock()
+		return 0, errClosed
+	}
+	if len(st.recv) == 0 {
+		err := st.err
+		st.mu.Unlock()
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	n := 0
+	for n < len(p) && len(st.recv) > 0 {
+		c := copy(p[n:], st.recv[0][st.off:])
+		n += c
+		st.off += c
+		if st.off == len(st.recv[0]) {
+			putBuf(st.recv[0])
+			st.recv[0] = nil
+			st.recv, st.off = st.recv[1:], 0
+		}
+	}
+	credit := st.consumeLocked(n)
+	st.mu.Unlock()
+	st.sendCredit(credit)
+	return n, nil
+}
+
+// WriteTo writes what arrives to w until the peer's Close (nil) or a
+// failure, each payload as it came: no copy into a caller's buffer (the
+// agent's path to its destination).
+func (st *Stream) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		st.mu.Lock()
+		for len(st.recv) == 0 && !st.remote && !st.local && st.err == nil {
+			st.cond.Wait()
+		}
+		if len(st.recv) == 0 || st.local {
+			err := st.err
+			if st.local {
+				err = errClosed
+			}
+			st.mu.Unlock()
+			return total, err
+		}
+		buf, off := st.recv[0], st.off
+		st.recv[0] = nil
+		st.recv, st.off = st.recv[1:], 0
+		st.mu.Unlock()
+		n, err := w.Write(buf[off:])
+		total += int64(n)
+		putBuf(buf)
+		st.mu.Lock()
+		credit := st.consumeLocked(len(buf) - off)
+		st.mu.Unlock()
+		st.sendCredit(credit)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// consumeLocked counts n bytes read and returns the credit to send back:
+// in batches of a quarter window, so a bulk transfer costs a credit frame
+// per 256 KiB, and at once when all was read (a small exchange is never
+// left waiting for credit).
+func (st *Stream) consumeLocked(n int) int {
+	st.buffered -= n
+	st.consumed += n
+	if st.consumed >= st.s.window/4 || (st.buffered == 0 && st.consumed > 0) {
+		c := st.consumed
+		st.consumed = 0
+		if st.remote || st.err != nil {
+			return 0
+		}
+		return c
+	}
+	return 0
+}
+
+func (st *Stream) sendCredit(n int) {
+	if n > 0 {
+		var b [4]byte
+		b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+		_ = st.s.writeFrame(header{typ: frameCredit, id: st.id}, b[:])
+	}
+}
+
+// Write sends p, waiting for credit: a peer that stops reading stops its
+// writer here, and nobody else.
+func (st *Stream) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		st.mu.Lock()
+		for st.credit == 0 && !st.remote && !st.local && st.err == nil {
+			st.cond.Wait()
+		}
+		switch {
+		case st.err != nil:
+			err := st.err
+			st.mu.Unlock()
+			return n, err
+		case st.local:
+			st.mu.Unlock()
+			return n, errClosed
+		case st.remote:
+			st.mu.Unlock()
+			return n, io.ErrClosedPipe
+		}
+		chunk := min(len(p)-n, st.credit, MaxPayload)
+		st.credit -= chunk
+		st.mu.Unlock()
+		if err := st.s.writeFrame(header{typ: frameData, id: st.id}, p[n:n+chunk]); err != nil {
+			return n, err
+		}
+		n += chunk
+	}
+	return n, nil
+}
+
+// ReadFrom sends what r gives until its EOF (nil) or a failure, read in
+// MaxPayload pieces (the agent's path from its destination: a TCP
+// connection's own WriteTo would read 32 KiB at a time).
+func (st *Stream) ReadFrom(r io.Reader) (int64, error) {
+	buf := getBuf(MaxPayload)
+	defer putBuf(buf)
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := st.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// Close ends the connection both ways: the peer's reads end, what it had
+// not read here is dropped.
+func (st *Stream) Close() error {
+	st.mu.Lock()
+	if st.local {
+		st.mu.Unlock()
+		return nil
+	}
+	st.local = true
+	st.freeRecv()
+	remote, serr := st.remote, st.err
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	if serr != nil {
+		return nil
+	}
+	err := st.s.writeFrame(header{typ: frameClose, id: st.id}, nil)
+	if remote {
+		st.finish()
+	}
+	return err
+}
