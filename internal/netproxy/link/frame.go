@@ -32,8 +32,8 @@ const ALPN = "portside-link/2"
 // Frame types. The dialing side (the proxy server) sends Dial; the
 // accepting side (the agent) answers DialOK or DialErr for that ID.
 const (
-	frameDial    byte = 1 // payload: network length (1 byte), network, address
-	frameDialOK  byte = 2
+	frameDial    byte = 1 // payload: the dialer's window (uint32), network length (1 byte), network, address
+	frameDialOK  byte = 2 // payload: the accepting side's window (uint32)
 	frameDialErr byte = 3 // payload: the error's text
 	frameData    byte = 4 // payload: bytes of the connection
 	frameCredit  byte = 5 // payload: uint32 bytes the receiver consumed
@@ -89,7 +89,11 @@ func parseHeader(b []byte) (header, error) {
 		if h.length != 8 {
 			return h, fmt.Errorf("portside-link: ping frame of %d bytes, want 8", h.length)
 		}
-	case frameDialOK, frameClose, frameGoAway:
+	case frameDialOK:
+		if h.length != 4 {
+			return h, fmt.Errorf("portside-link: dial answer of %d bytes, want 4", h.length)
+		}
+	case frameClose, frameGoAway:
 		if h.length != 0 {
 			return h, fmt.Errorf("portside-link: frame of type %d carries %d bytes, want none", h.typ, h.length)
 		}
@@ -100,18 +104,39 @@ func parseHeader(b []byte) (header, error) {
 	return h, nil
 }
 
-func dialPayload(network, address string) ([]byte, error) {
-	if len(network) > 255 || 1+len(network)+len(address) > maxControlSize {
+// Window limits: each side tells the other its receive window per
+// connection (in Dial and DialOK), so the two need not be configured
+// alike; one outside these is a protocol error.
+const (
+	MinWindow = 4 << 10
+	MaxWindow = 1 << 30
+)
+
+func checkWindow(w uint32) error {
+	if w < MinWindow || w > MaxWindow {
+		return fmt.Errorf("portside-link: window of %d bytes, outside %d-%d", w, MinWindow, MaxWindow)
+	}
+	return nil
+}
+
+func dialPayload(window int, network, address string) ([]byte, error) {
+	if len(network) > 255 || 5+len(network)+len(address) > maxControlSize {
 		return nil, fmt.Errorf("portside-link: dial %s %q too long", network, address)
 	}
-	b := append([]byte{byte(len(network))}, network...)
+	b := binary.BigEndian.AppendUint32(nil, uint32(window))
+	b = append(b, byte(len(network)))
+	b = append(b, network...)
 	return append(b, address...), nil
 }
 
-func parseDial(p []byte) (network, address string, err error) {
-	if len(p) < 1 || int(p[0]) > len(p)-1 {
-		return "", "", fmt.Errorf("portside-link: malformed dial frame (%d bytes)", len(p))
+func parseDial(p []byte) (window int, network, address string, err error) {
+	if len(p) < 5 || int(p[4]) > len(p)-5 {
+		return 0, "", "", fmt.Errorf("portside-link: malformed dial frame (%d bytes)", len(p))
 	}
-	n := int(p[0])
-	return string(p[1 : 1+n]), string(p[1+n:]), nil
+	w := binary.BigEndian.Uint32(p)
+	if err := checkWindow(w); err != nil {
+		return 0, "", "", err
+	}
+	n := int(p[4])
+	return int(w), string(p[5 : 5+n]), string(p[5+n:]), nil
 }

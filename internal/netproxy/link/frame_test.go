@@ -19,6 +19,8 @@ func TestParseHeader(t *testing.T) {
 		{"ping of 8", header{typ: framePing, length: 8}, ""},
 		{"pong of 7", header{typ: framePong, length: 7}, "want 8"},
 		{"close with a payload", header{typ: frameClose, length: 1, id: 1}, "want none"},
+		{"dial answer with its window", header{typ: frameDialOK, length: 4, id: 1}, ""},
+		{"dial answer without", header{typ: frameDialOK, id: 1}, "want 4"},
 		{"goaway without an ID", header{typ: frameGoAway}, ""},
 		{"data for connection 0", header{typ: frameData, length: 1}, "connection 0"},
 		{"dial for connection 0", header{typ: frameDial, length: 5}, "connection 0"},
@@ -45,20 +47,22 @@ func TestDialPayload(t *testing.T) {
 	for _, tc := range []struct{ network, address string }{
 		{"tcp", "10.0.0.1:10250"}, {"tcp", "[fd00:1::2]:443"}, {"unix", ""}, {"", "x"},
 	} {
-		p, err := dialPayload(tc.network, tc.address)
+		p, err := dialPayload(1<<20, tc.network, tc.address)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, a, err := parseDial(p)
-		if err != nil || n != tc.network || a != tc.address {
-			t.Errorf("%q %q: got %q %q %v", tc.network, tc.address, n, a, err)
+		w, n, a, err := parseDial(p)
+		if err != nil || w != 1<<20 || n != tc.network || a != tc.address {
+			t.Errorf("%q %q: got %d %q %q %v", tc.network, tc.address, w, n, a, err)
 		}
 	}
-	if _, err := dialPayload("tcp", strings.Repeat("a", maxControlSize)); err == nil {
+	if _, err := dialPayload(1<<20, "tcp", strings.Repeat("a", maxControlSize)); err == nil {
 		t.Error("an address over the control frame limit was accepted")
 	}
-	for _, bad := range [][]byte{nil, {5, 't', 'c'}} {
-		if _, _, err := parseDial(bad); err == nil {
+	tooSmall, _ := dialPayload(MinWindow-1, "tcp", "x:1")
+	tooBig, _ := dialPayload(MaxWindow+1, "tcp", "x:1")
+	for _, bad := range [][]byte{nil, {0, 0, 16, 0, 5, 't', 'c'}, tooSmall, tooBig} {
+		if _, _, _, err := parseDial(bad); err == nil {
 			t.Errorf("parseDial(%v) accepted", bad)
 		}
 	}

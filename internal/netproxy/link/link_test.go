@@ -247,6 +247,13 @@ func TestSessionEndFailsEverything(t *testing.T) {
 		t.Fatal("a read on a dead link did not end")
 	}
 	<-d.Done()
+	// Nothing is reported sent on a dead link.
+	if _, err := st.Write([]byte("x")); err == nil {
+		t.Fatal("a write on a dead link succeeded")
+	}
+	if err := d.GoAway(); err == nil {
+		t.Fatal("GoAway on a dead link succeeded")
+	}
 	if _, err := d.Dial(context.Background(), "tcp", "x:1"); err == nil {
 		t.Fatal("dialed on a dead link")
 	}
@@ -277,39 +284,49 @@ func TestPingAndGoAway(t *testing.T) {
 	}
 }
 
+func dialFrame(id uint64) []byte {
+	p, _ := dialPayload(1<<20, "tcp", "x")
+	return append(appendHeader(nil, header{typ: frameDial, length: uint32(len(p)), id: id}), p...)
+}
+
+func dataFrame(id uint64, n int) []byte {
+	return append(appendHeader(nil, header{typ: frameData, length: uint32(n), id: id}), make([]byte, n)...)
+}
+
 // TestProtocolErrors: a peer that breaks the protocol ends the session
 // with an error naming what it did.
 func TestProtocolErrors(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		frame func() []byte
-		want  string
+		name string
+		// before is sent first; after once the dial (if any) is accepted.
+		before, after []byte
+		want          string
 	}{
-		{"oversized data", func() []byte { return appendHeader(nil, header{typ: frameData, length: MaxPayload + 1, id: 1}) }, "over the 262144 allowed"},
-		{"data over its credit", func() []byte {
-			b := appendHeader(nil, header{typ: frameDial, length: 5, id: 1})
-			b = append(b, 3, 't', 'c', 'p', 'x')
-			for range 3 { // 3 × 256 KiB over a window of 512 KiB
-				b = appendHeader(b, header{typ: frameData, length: MaxPayload, id: 1})
-				b = append(b, make([]byte, MaxPayload)...)
-			}
-			return b
-		}, "over its credit"},
-		{"a dial reusing an ID", func() []byte {
-			b := appendHeader(nil, header{typ: frameDial, length: 5, id: 1})
-			b = append(b, 3, 't', 'c', 'p', 'x')
-			b = appendHeader(b, header{typ: frameDial, length: 5, id: 1})
-			return append(b, 3, 't', 'c', 'p', 'x')
-		}, "in use or was"},
+		{"oversized data", appendHeader(nil, header{typ: frameData, length: MaxPayload + 1, id: 1}), nil, "over the 262144 allowed"},
+		{"data over its credit", dialFrame(1), bytes.Repeat(dataFrame(1, MaxPayload), 3), "over its credit"},
+		{"data before the dial is answered", append(dialFrame(1), dataFrame(1, 10)...), nil, "before its dial was answered"},
+		{"an empty data frame", dialFrame(1), appendHeader(nil, header{typ: frameData, id: 1}), "empty data frame"},
+		{"credit beyond the window", dialFrame(1), append(appendHeader(nil, header{typ: frameCredit, length: 4, id: 1}), 0xff, 0xff, 0xff, 0xff), "over its window"},
+		{"a dial reusing an ID", append(dialFrame(1), dialFrame(1)...), nil, "in use or was"},
+		{"a dial answer to the accepting side", append(appendHeader(nil, header{typ: frameDialOK, length: 4, id: 1}), 0, 1, 0, 0), nil, "the dialing side answered"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c1, c2 := net.Pipe()
 			s := Server(c2, Config{Window: 512 << 10})
 			defer func() { _ = s.Close() }()
-			go func() {
-				_, _ = c1.Write(tc.frame())
-			}()
 			go func() { _, _ = io.Copy(io.Discard, c1) }()
+			go func() {
+				_, _ = c1.Write(tc.before)
+				if tc.after == nil {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if r, err := s.Accept(ctx); err == nil {
+					_, _ = r.Accept()
+				}
+				_, _ = c1.Write(tc.after)
+			}()
 			select {
 			case <-s.Done():
 			case <-time.After(5 * time.Second):
@@ -320,6 +337,85 @@ func TestProtocolErrors(t *testing.T) {
 			}
 			_ = c1.Close()
 		})
+	}
+}
+
+// TestSmallWritesHoldOnlyTheWindow: many one-byte frames to a reader that
+// has stopped are held in about the window, not a pooled buffer each.
+func TestSmallWritesHoldOnlyTheWindow(t *testing.T) {
+	const window = 64 << 10
+	d, a := pair(t, Config{Window: window})
+	accepted := make(chan *Stream, 1)
+	go func() {
+		if r, err := a.Accept(context.Background()); err == nil {
+			st, _ := r.Accept()
+			accepted <- st
+		}
+	}()
+	st, err := d.Dial(context.Background(), "tcp", "x:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := <-accepted
+	go func() {
+		for {
+			if _, err := st.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "the window to fill", func() bool {
+		peer.mu.Lock()
+		defer peer.mu.Unlock()
+		return peer.buffered == window
+	})
+	peer.mu.Lock()
+	held := 0
+	for _, b := range peer.recv {
+		held += cap(b)
+	}
+	peer.mu.Unlock()
+	if held > 2*window {
+		t.Fatalf("%d bytes held for a window of %d", held, window)
+	}
+	_ = st.Close()
+}
+
+// TestWindowsDiffer: each side's window is its own; a link between a
+// side with 1 MiB and one with 64 KiB carries a stalled connection and
+// bulk without a protocol error.
+func TestWindowsDiffer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		serveEcho(t, Server(c, Config{Window: 64 << 10}))
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Client(c, Config{Window: 1 << 20})
+	defer func() { _ = d.Close() }()
+	st, err := d.Dial(context.Background(), "tcp", "x:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 4<<20)
+	_, _ = rand.Read(data)
+	go func() { _, _ = st.Write(data) }()
+	back := make([]byte, len(data))
+	if _, err := io.ReadFull(st, back); err != nil {
+		t.Fatalf("%v (session: %v)", err, d.Err())
+	}
+	if !bytes.Equal(back, data) {
+		t.Fatal("echo differs")
 	}
 }
 

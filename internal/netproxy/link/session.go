@@ -14,9 +14,10 @@ import (
 
 // Config sizes a session. Zero values take the defaults.
 type Config struct {
-	// Window is each connection's credit in bytes: what a sender may have
-	// unacknowledged, and so what one stalled connection can hold
-	// (default 1 MiB, as the gRPC link's stream window).
+	// Window is each connection's receive window in bytes: what the peer
+	// may send unacknowledged, and so what one stalled connection holds
+	// here (default 1 MiB, as the gRPC link's stream window; MinWindow to
+	// MaxWindow). Each side tells the other its own.
 	Window int
 	// MaxPendingDials bounds dials the accepting side has not taken yet;
 	// beyond it a dial is refused at once (default 1024).
@@ -46,6 +47,7 @@ type Session struct {
 	spare    []byte
 	flushing bool
 	werr     error
+	wcond    *sync.Cond // senders waiting for wbuf to drain below highWater
 	kick     chan struct{}
 
 	mu       sync.Mutex
@@ -70,6 +72,7 @@ func newSession(conn net.Conn, cfg Config, dialing bool) *Session {
 	if cfg.Window <= 0 {
 		cfg.Window = 1 << 20
 	}
+	cfg.Window = min(max(cfg.Window, MinWindow), MaxWindow)
 	if cfg.MaxPendingDials <= 0 {
 		cfg.MaxPendingDials = 1024
 	}
@@ -78,6 +81,7 @@ func newSession(conn net.Conn, cfg Config, dialing bool) *Session {
 		kick: make(chan struct{}, 1), streams: map[uint64]*Stream{}, pings: map[uint64]chan struct{}{},
 		accept: make(chan *Request, cfg.MaxPendingDials), done: make(chan struct{}),
 	}
+	s.wcond = sync.NewCond(&s.wmu)
 	go s.readLoop()
 	go s.flushLoop()
 	return s
@@ -153,6 +157,12 @@ func (s *Session) fail(err error) {
 	streams := s.streams
 	s.streams = map[uint64]*Stream{}
 	s.mu.Unlock()
+	s.wmu.Lock()
+	if s.werr == nil {
+		s.werr = err
+	}
+	s.wcond.Broadcast()
+	s.wmu.Unlock()
 	_ = s.conn.Close()
 	for _, st := range streams {
 		st.abort(err)
@@ -160,51 +170,73 @@ func (s *Session) fail(err error) {
 	close(s.done)
 }
 
+// Write-queue bounds. Senders wait while more than highWater bytes are
+// queued (the link is slower than they are); the reader's own replies
+// (pongs, refusals) never wait, and a peer that makes them pile up past
+// maxBacklog without reading is failed.
+const (
+	highWater  = 4 << 20
+	maxBacklog = 16 << 20
+)
+
 // writeFrame queues a frame and, unless another writer is flushing,
 // writes the queue out.
 func (s *Session) writeFrame(h header, payload []byte) error {
-	if !s.queue(h, payload) {
-		return nil
+	flush, err := s.queue(h, payload, false)
+	if err != nil || !flush {
+		return err
 	}
 	return s.flush(false)
 }
 
 // writeFrameAsync queues a frame for the flusher goroutine: for the
 // reader, which must never block on the connection.
-func (s *Session) writeFrameAsync(h header, payload []byte) {
-	if s.queue(h, payload) {
+func (s *Session) writeFrameAsync(h header, payload []byte) error {
+	flush, err := s.queue(h, payload, true)
+	if err != nil {
+		return err
+	}
+	if flush {
 		// The flush is the flusher goroutine's now. Only this hands the
 		// flush over, and only while holding it, so the kick never finds
 		// the channel full.
 		s.kick <- struct{}{}
 	}
+	return nil
 }
 
-// queue appends a frame; true when the caller is to flush.
-func (s *Session) queue(h header, payload []byte) bool {
+// queue appends a frame; true when the caller is to flush. An error once
+// the link failed: nothing is reported sent that was not.
+func (s *Session) queue(h header, payload []byte, async bool) (bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	for !async && s.werr == nil && s.flushing && len(s.wbuf) > highWater {
+		s.wcond.Wait()
+	}
 	if s.werr != nil {
-		return false
+		return false, s.werr
+	}
+	if async && len(s.wbuf) > maxBacklog {
+		return false, fmt.Errorf("portside-link: over %d bytes of replies queued: the peer does not read its link", maxBacklog)
 	}
 	h.length = uint32(len(payload))
 	s.wbuf = appendHeader(s.wbuf, h)
 	s.wbuf = append(s.wbuf, payload...)
 	if s.flushing {
-		return false
+		return false, nil
 	}
 	s.flushing = true
-	return true
+	return true, nil
 }
 
 // flush writes the queue out while it holds the flush. A sender (not the
-// flusher goroutine) gives the flush to the flusher goroutine after a few
-// rounds, so a busy link does not keep one connection's writer writing
-// everybody else's frames.
+// flusher goroutine) writes one round, what was queued when it came, and
+// gives the rest to the flusher goroutine, so a busy link does not keep
+// one connection's writer writing everybody else's frames.
 func (s *Session) flush(flusher bool) error {
 	s.wmu.Lock()
 	for rounds := 0; len(s.wbuf) > 0 && s.werr == nil; rounds++ {
-		if rounds == 4 && !flusher {
+		if rounds == 1 && !flusher {
 			s.wmu.Unlock()
 			s.kick <- struct{}{}
 			return nil
@@ -219,9 +251,10 @@ func (s *Session) flush(flusher bool) error {
 		} else {
 			s.spare = nil
 		}
-		if err != nil {
+		if err != nil && s.werr == nil {
 			s.werr = err
 		}
+		s.wcond.Broadcast()
 	}
 	s.flushing = false
 	err := s.werr
@@ -249,6 +282,11 @@ func (s *Session) readLoop() {
 		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
 			s.fail(readErr(err))
 			return
+		}
+		select {
+		case <-s.done:
+			return // failed meanwhile: what was buffered is not acted on
+		default:
 		}
 		h, err := parseHeader(hb[:])
 		if err == nil {
@@ -291,7 +329,7 @@ func (s *Session) handle(h header) error {
 	switch h.typ {
 	case frameCredit:
 		if st := s.stream(h.id); st != nil {
-			st.addCredit(int(binary.BigEndian.Uint32(payload)))
+			return st.addCredit(binary.BigEndian.Uint32(payload))
 		}
 	case frameClose:
 		if st := s.stream(h.id); st != nil {
@@ -300,11 +338,14 @@ func (s *Session) handle(h header) error {
 	case frameDial:
 		return s.handleDial(h.id, payload)
 	case frameDialOK, frameDialErr:
+		if !s.dialing {
+			return errors.New("portside-link: the dialing side answered a dial")
+		}
 		if st := s.stream(h.id); st != nil {
-			st.dialAnswer(h.typ == frameDialOK, string(payload))
+			return st.dialAnswer(h.typ == frameDialOK, payload)
 		}
 	case framePing:
-		s.writeFrameAsync(header{typ: framePong}, payload)
+		return s.writeFrameAsync(header{typ: framePong}, payload)
 	case framePong:
 		token := binary.BigEndian.Uint64(payload)
 		s.mu.Lock()

@@ -2,6 +2,7 @@ package link
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,10 @@ type Stream struct {
 	// consumed is read but not yet credited back to the sender.
 	consumed int
 	credit   int // what this side may still send
+	// peerWindow is the peer's receive window (from Dial or DialOK): what
+	// credit can never exceed.
+	peerWindow int
+	accepted   bool // the accepting side answered the dial (data may come)
 	// dialed: 0 waiting for the answer, 1 accepted, -1 refused.
 	dialed  int
 	dialErr string
@@ -35,7 +40,7 @@ type Stream struct {
 }
 
 func newStream(s *Session, id uint64) *Stream {
-	st := &Stream{s: s, id: id, credit: s.window}
+	st := &Stream{s: s, id: id}
 	st.cond = sync.NewCond(&st.mu)
 	return st
 }
@@ -53,7 +58,7 @@ func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, e
 	if s.peerAway.Load() {
 		return nil, errors.New("portside-link: the agent is draining")
 	}
-	payload, err := dialPayload(network, address)
+	payload, err := dialPayload(s.window, network, address)
 	if err != nil {
 		return nil, err
 	}
@@ -121,26 +126,31 @@ func (s *Session) handleDial(id uint64, payload []byte) error {
 	if s.dialing {
 		return errors.New("portside-link: the accepting side sent a dial")
 	}
-	network, address, err := parseDial(payload)
+	window, network, address, err := parseDial(payload)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil
+	}
 	if s.streams[id] != nil || id <= s.nextID {
 		s.mu.Unlock()
 		return fmt.Errorf("portside-link: dial for connection %d, which is in use or was", id)
 	}
 	s.nextID = id
 	st := newStream(s, id)
+	st.credit, st.peerWindow = window, window
 	s.streams[id] = st
 	s.mu.Unlock()
 	select {
 	case s.accept <- &Request{Network: network, Address: address, st: st}:
+		return nil
 	default:
 		s.remove(id)
-		s.writeFrameAsync(header{typ: frameDialErr, id: id}, []byte("agent busy: too many dials pending"))
+		return s.writeFrameAsync(header{typ: frameDialErr, id: id}, []byte("agent busy: too many dials pending"))
 	}
-	return nil
 }
 
 // Canceled reports whether the dialing side gave up on the dial (or the
@@ -157,7 +167,12 @@ func (r *Request) Accept() (*Stream, error) {
 		return nil, errors.New("portside-link: dial answered twice")
 	}
 	r.answered = true
-	if err := r.st.s.writeFrame(header{typ: frameDialOK, id: r.st.id}, nil); err != nil {
+	r.st.mu.Lock()
+	r.st.accepted = true
+	r.st.mu.Unlock()
+	var w [4]byte
+	binary.BigEndian.PutUint32(w[:], uint32(r.st.s.window))
+	if err := r.st.s.writeFrame(header{typ: frameDialOK, id: r.st.id}, w[:]); err != nil {
 		return nil, err
 	}
 	return r.st, nil
@@ -179,13 +194,23 @@ func (r *Request) Reject(err error) {
 // dialAnswer is the accepting side's answer. A refusal ends the stream on
 // that side (it sends nothing more), so a dial abandoned here and refused
 // there is gone from both.
-func (st *Stream) dialAnswer(ok bool, msg string) {
-	st.mu.Lock()
-	if st.dialed == 0 {
-		st.dialed, st.dialErr = -1, msg
-		if ok {
-			st.dialed = 1
+func (st *Stream) dialAnswer(ok bool, payload []byte) error {
+	var window uint32
+	if ok {
+		window = binary.BigEndian.Uint32(payload)
+		if err := checkWindow(window); err != nil {
+			return err
 		}
+	}
+	st.mu.Lock()
+	if st.dialed != 0 {
+		st.mu.Unlock()
+		return fmt.Errorf("portside-link: dial %d answered twice", st.id)
+	}
+	st.dialed, st.dialErr = -1, string(payload)
+	if ok {
+		st.dialed, st.accepted = 1, true
+		st.credit, st.peerWindow = int(window), int(window)
 	}
 	if !ok {
 		st.remote = true
@@ -196,32 +221,54 @@ func (st *Stream) dialAnswer(ok bool, msg string) {
 	if done {
 		st.finish()
 	}
+	return nil
 }
 
 // push takes a DATA payload from the reader; more than the credit given
-// is the peer's protocol error.
+// is the peer's protocol error. A payload that fits in the last buffer's
+// spare room is copied there, so what the window allows is what is held
+// (small writes would otherwise pin a pooled buffer each).
 func (st *Stream) push(buf []byte) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.local || st.err != nil {
+	switch {
+	case len(buf) == 0:
+		putBuf(buf)
+		return fmt.Errorf("portside-link: connection %d sent an empty data frame", st.id)
+	case !st.accepted:
+		putBuf(buf)
+		return fmt.Errorf("portside-link: connection %d sent data before its dial was answered", st.id)
+	case st.local || st.remote || st.err != nil:
+		// Closed here, or data after the peer's own Close (a write that
+		// raced it): dropped.
 		putBuf(buf)
 		return nil
-	}
-	if st.buffered+len(buf) > st.s.window {
+	case st.buffered+len(buf) > st.s.window:
 		putBuf(buf)
 		return fmt.Errorf("portside-link: connection %d sent %d bytes over its credit of %d", st.id, st.buffered+len(buf)-st.s.window, st.s.window)
 	}
-	st.recv = append(st.recv, buf)
+	if n := len(st.recv); n > 0 && cap(st.recv[n-1])-len(st.recv[n-1]) >= len(buf) {
+		st.recv[n-1] = append(st.recv[n-1], buf...)
+		putBuf(buf)
+	} else {
+		st.recv = append(st.recv, buf)
+	}
 	st.buffered += len(buf)
 	st.cond.Broadcast()
 	return nil
 }
 
-func (st *Stream) addCredit(n int) {
+// addCredit is the peer's credit frame: never zero, never beyond its own
+// window in all (else an overflow would make credit negative).
+func (st *Stream) addCredit(n uint32) error {
 	st.mu.Lock()
-	st.credit += n
+	defer st.mu.Unlock()
+	if n == 0 || st.dialed == 0 && !st.accepted || int64(st.credit)+int64(n) > int64(st.peerWindow) {
+		return fmt.Errorf("portside-link: connection %d was given %d bytes of credit, over its window of %d", st.id, n, st.peerWindow)
+	}
+	st.credit += int(n)
 	st.cond.Broadcast()
-	st.mu.Unlock()
+	return nil
 }
 
 // remoteClose is the peer's Close: reads end after what arrived, writes
@@ -305,7 +352,9 @@ func (st *Stream) Read(p []byte) (int, error) {
 
 // WriteTo writes what arrives to w until the peer's Close (nil) or a
 // failure, each payload as it came: no copy into a caller's buffer (the
-// agent's path to its destination).
+// agent's path to its destination). After it returns the caller closes
+// both w's connection and the stream: a stream stays on its session
+// until Close, whatever the peer did.
 func (st *Stream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for {
@@ -343,6 +392,9 @@ func (st *Stream) WriteTo(w io.Writer) (int64, error) {
 // per 256 KiB, and at once when all was read (a small exchange is never
 // left waiting for credit).
 func (st *Stream) consumeLocked(n int) int {
+	if st.local || st.err != nil {
+		return 0 // Close dropped what was buffered; nothing to credit
+	}
 	st.buffered -= n
 	st.consumed += n
 	if st.consumed >= st.s.window/4 || (st.buffered == 0 && st.consumed > 0) {
