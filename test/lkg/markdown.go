@@ -51,6 +51,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		if p.NoE2E != "" {
 			ccm += "; conformance only: " + p.NoE2E
 		}
+		if p.ConformanceSkip != "" {
+			ccm += "; skips " + strings.Trim(p.ConformanceSkip, "^$") + " (no persistent-volume-label webhook in a CCM given by binary)"
+		}
 		fmt.Fprintf(&b, "| %s | %s |", p.Name, ccm)
 		for _, k := range r.Kubernetes {
 			c, ok := r.Cell(p.Name, k)

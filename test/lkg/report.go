@@ -64,6 +64,11 @@ type Provider struct {
 	Releases []string `json:"releases,omitempty"`
 	// NoE2E, when set, says why the row runs the conformance suite only.
 	NoE2E string `json:"noE2E,omitempty"`
+	// ConformanceSkip is portside conformance's --skip for the row: a CCM
+	// given by binary serves no persistent-volume-label webhook (up
+	// registers Portside's with Portside's CCM only), so
+	// volumes/pv-labels is not its test.
+	ConformanceSkip string `json:"conformanceSkip,omitempty"`
 	// Env is added to up's environment (the CCM inherits it).
 	Env []string `json:"env,omitempty"`
 	// BrokenFile, when set, is test/brokenccm's $PORTSIDE_BROKEN_FILE:

@@ -150,7 +150,7 @@ func runCell(ctx context.Context, o Options, bin, k string, p Provider) (c Cell)
 	}
 	data := filepath.Join(dir, "up")
 	began = time.Now()
-	c.Tests, err = runConformance(ctx, o, bin, data, dir)
+	c.Tests, err = runConformance(ctx, o, p, bin, data, dir)
 	c.Seconds["conformance"] = time.Since(began).Seconds()
 	if err != nil {
 		c.Error = "conformance: " + err.Error()
@@ -172,7 +172,7 @@ func runCell(ctx context.Context, o Options, bin, k string, p Provider) (c Cell)
 // runConformance runs `portside conformance` against the environment at
 // data and reads its JUnit report: a failed test is a result, no report
 // an error.
-func runConformance(ctx context.Context, o Options, bin, data, dir string) ([]Test, error) {
+func runConformance(ctx context.Context, o Options, p Provider, bin, data, dir string) ([]Test, error) {
 	junit := filepath.Join(dir, "conformance.xml")
 	args := []string{"conformance", "--kubeconfig", filepath.Join(data, "controlplane", "kubeconfig"),
 		"--cloud-provider=local", "--cloud-config=" + filepath.Join(data, "ccm", "cloud.yaml"),
@@ -182,6 +182,9 @@ func runConformance(ctx context.Context, o Options, bin, data, dir string) ([]Te
 		"--max-wait=20s"}
 	if o.ConformanceFocus != "" {
 		args = append(args, "--focus", o.ConformanceFocus)
+	}
+	if p.ConformanceSkip != "" {
+		args = append(args, "--skip", p.ConformanceSkip)
 	}
 	cmd := exec.CommandContext(ctx, o.Portside, args...)
 	cmd.Env = append(os.Environ(), tools.EnvBinDir+"="+bin)
