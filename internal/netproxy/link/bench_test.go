@@ -12,14 +12,7 @@ import (
 // destination. ns/op is per 256 KiB write.
 func BenchmarkLinkBulk(b *testing.B) {
 	d, a := pairB(b)
-	go func() {
-		r, err := a.Accept(context.Background())
-		if err != nil {
-			return
-		}
-		st, _ := r.Accept()
-		_, _ = st.WriteTo(io.Discard)
-	}()
+	acceptEach(a, func(st *Stream) { go func() { _, _ = st.WriteTo(io.Discard) }() })
 	st, err := d.Dial(context.Background(), "tcp", "sink:1")
 	if err != nil {
 		b.Fatal(err)
@@ -40,19 +33,7 @@ func BenchmarkLinkBulk(b *testing.B) {
 // BenchmarkLinkDial: dial, a one-byte echo, close.
 func BenchmarkLinkDial(b *testing.B) {
 	d, a := pairB(b)
-	go func() {
-		for {
-			r, err := a.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			st, _ := r.Accept()
-			go func() {
-				_, _ = io.Copy(st, readerOnly{st})
-				_ = st.Close()
-			}()
-		}
-	}()
+	acceptEach(a, echo)
 	one := []byte{1}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,7 +1,6 @@
 package link
 
 import (
-	"context"
 	"io"
 	"net"
 	"testing"
@@ -27,19 +26,7 @@ func FuzzAcceptingSide(f *testing.F) {
 		s := Server(c2, Config{Window: MinWindow})
 		go func() { _, _ = io.Copy(io.Discard, c1) }()
 		// Accept every dial and read it out, as an agent would.
-		go func() {
-			for {
-				r, err := s.Accept(context.Background())
-				if err != nil {
-					return
-				}
-				st, err := r.Accept()
-				if err != nil {
-					return
-				}
-				go func() { _, _ = st.WriteTo(io.Discard); _ = st.Close() }()
-			}
-		}()
+		acceptEach(s, func(st *Stream) { go func() { _, _ = st.WriteTo(io.Discard); _ = st.Close() }() })
 		_ = c1.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		_, _ = c1.Write(in)
 		_ = c1.Close()

@@ -71,15 +71,39 @@ func serveEcho(t *testing.T, s *Session) {
 			if err != nil {
 				return
 			}
-			go func() {
-				_, _ = io.Copy(st, readerOnly{st})
-				_ = st.Close()
-			}()
+			echo(st)
 		}
 	}()
 }
 
 type readerOnly struct{ io.Reader }
+
+// acceptEach accepts every dial on s, in a goroutine of its own, and
+// hands each stream to handle (in that goroutine: handle starts its own
+// for long work).
+func acceptEach(s *Session, handle func(*Stream)) {
+	go func() {
+		for {
+			r, err := s.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			st, err := r.Accept()
+			if err != nil {
+				return
+			}
+			handle(st)
+		}
+	}()
+}
+
+// echo copies what st receives back to it, then closes it.
+func echo(st *Stream) {
+	go func() {
+		_, _ = io.Copy(st, readerOnly{st})
+		_ = st.Close()
+	}()
+}
 
 func TestEchoBothWays(t *testing.T) {
 	d, a := pair(t, Config{})
@@ -159,16 +183,7 @@ func TestStalledConnectionHoldsOnlyItsWindow(t *testing.T) {
 	const window = 256 << 10
 	d, a := pair(t, Config{Window: window})
 	accepted := make(chan *Stream, 2)
-	go func() {
-		for {
-			r, err := a.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			st, _ := r.Accept()
-			accepted <- st
-		}
-	}()
+	acceptEach(a, func(st *Stream) { accepted <- st })
 	stalled, err := d.Dial(context.Background(), "tcp", "stalled:1")
 	if err != nil {
 		t.Fatal(err)
@@ -346,12 +361,7 @@ func TestSmallWritesHoldOnlyTheWindow(t *testing.T) {
 	const window = 64 << 10
 	d, a := pair(t, Config{Window: window})
 	accepted := make(chan *Stream, 1)
-	go func() {
-		if r, err := a.Accept(context.Background()); err == nil {
-			st, _ := r.Accept()
-			accepted <- st
-		}
-	}()
+	acceptEach(a, func(st *Stream) { accepted <- st })
 	st, err := d.Dial(context.Background(), "tcp", "x:1")
 	if err != nil {
 		t.Fatal(err)
