@@ -36,6 +36,9 @@ import (
 //   - `portside up --node-mode=real --nodes 3` to ready, cold (a fresh data
 //     directory: images built and pushed, machines made) and warm (the
 //     same directory again: every machine replaced, caches kept);
+//   - each node's idle footprint (PORTSIDE_BENCH_REAL_IDLE_SECONDS, 30):
+//     RSS and CPU of its kubelet, containerd and kube-proxy, and of every
+//     process in the machine's cgroup, sampled from /proc over the window;
 //   - pod start latency, p50 and p99 over 100 pods (the pause image)
 //     created at once: from each pod's create call to its Ready seen by a
 //     watch (scheduler, kubelet, containerd, CNI, status back);
@@ -51,13 +54,22 @@ import (
 func BenchmarkUpRealNodes(b *testing.B) {
 	vpctest.RequireRoot(b)
 	cfg := realBenchConfig{nodes: 3, pods: envCount("PORTSIDE_BENCH_REAL_PODS", 100),
-		requests: envCount("PORTSIDE_BENCH_REAL_REQUESTS", 2000), warm: true, nginx: true}
+		requests: envCount("PORTSIDE_BENCH_REAL_REQUESTS", 2000), warm: true, nginx: true,
+		idle: time.Duration(envCount("PORTSIDE_BENCH_REAL_IDLE_SECONDS", 30)) * time.Second}
 	for range b.N {
 		r := runRealBench(b, cfg)
 		b.ReportMetric(r.coldUp.Seconds(), "s-up-cold")
 		b.ReportMetric(r.warmUp.Seconds(), "s-up-warm")
 		b.ReportMetric(ms(percentile(r.podStart, 0.50)), "ms-pod-start-p50")
 		b.ReportMetric(ms(percentile(r.podStart, 0.99)), "ms-pod-start-p99")
+		var worstRSS, worstCPU float64
+		for _, f := range r.footprints {
+			worstRSS, worstCPU = max(worstRSS, float64(f.agentsRSS)/1e6), max(worstCPU, 100*f.agentsCPU)
+			b.Logf("node %s idle over %s: kubelet+containerd+kube-proxy %.0f MB RSS (%v), %.2f %% of a core; all %d processes %.0f MB, %.2f %%",
+				f.machine, cfg.idle, float64(f.agentsRSS)/1e6, f.agents, 100*f.agentsCPU, f.processes, float64(f.allRSS)/1e6, 100*f.allCPU)
+		}
+		b.ReportMetric(worstRSS, "MB-node-agents-rss-max")
+		b.ReportMetric(worstCPU, "%core-node-agents-idle-max")
 		b.Logf("up with %d real nodes: cold %.1fs, warm %.1fs; %d pods started: p50 %.0f ms, p99 %.0f ms",
 			cfg.nodes, r.coldUp.Seconds(), r.warmUp.Seconds(), cfg.pods, ms(percentile(r.podStart, 0.5)), ms(percentile(r.podStart, 0.99)))
 		direct := r.paths[0]
@@ -78,7 +90,16 @@ func BenchmarkUpRealNodes(b *testing.B) {
 // harness checks each response). No timing is checked.
 func TestUpRealNodesBenchSmoke(t *testing.T) {
 	vpctest.RequireRoot(t)
-	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20})
+	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20, idle: 2 * time.Second})
+	if len(r.footprints) != 1 {
+		t.Errorf("%d node footprints, want 1", len(r.footprints))
+	}
+	for _, f := range r.footprints {
+		t.Logf("node %s: agents %v, %.2f %% of a core; %d processes, %d bytes", f.machine, f.agents, 100*f.agentsCPU, f.processes, f.allRSS)
+		if f.agentsFound != len(nodeAgents) || f.agentsRSS <= 0 || f.allRSS < f.agentsRSS || f.agentsCPU < 0 {
+			t.Errorf("node %s: agents %v (RSS %d of %d, CPU %.3f): want kubelet, containerd and kube-proxy measured", f.machine, f.agents, f.agentsRSS, f.allRSS, f.agentsCPU)
+		}
+	}
 	if len(r.podStart) != 5 {
 		t.Errorf("%d pod start latencies, want 5", len(r.podStart))
 	}
@@ -99,12 +120,15 @@ type realBenchConfig struct {
 	// warm stops the first up and measures a second start on the same
 	// data directory; nginx adds it as a contender (installing it).
 	warm, nginx bool
+	// idle is the window of the nodes' idle footprint (0: not measured).
+	idle time.Duration
 }
 
 type realBenchResult struct {
 	coldUp, warmUp time.Duration
 	podStart       []time.Duration
 	paths          []pathResult
+	footprints     []nodeFootprint
 }
 
 type pathResult struct {
@@ -159,6 +183,9 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 	ctx := context.Background()
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
+	}
+	if cfg.idle > 0 {
+		r.footprints = measureNodeFootprints(tb, data, cfg.idle)
 	}
 	r.podStart = podStartLatencies(tb, client, cfg.pods)
 	r.paths = dataPlanePaths(tb, client, cfg)

@@ -71,3 +71,25 @@ func controllersOf(mount string) string {
 	}
 	return ""
 }
+
+// PIDs lists the processes of the machine whose record is in dir, by
+// cgroup membership (the machine's init, kubelet, containerd, kube-proxy,
+// shims, pods): what measures a node's footprint counts.
+func PIDs(dir string) ([]int, error) {
+	b, err := os.ReadFile(statePath(dir))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: not a machine record (%v)", statePath(dir), err)
+	}
+	if st.CgroupPath == "" {
+		return nil, fmt.Errorf("%s: the machine has no cgroup", statePath(dir))
+	}
+	hs := make([]Hierarchy, 0, len(st.Mounts))
+	for _, m := range st.Mounts {
+		hs = append(hs, Hierarchy{Mount: m, Controllers: controllersOf(m)})
+	}
+	return (&cgroups{hs: hs, path: st.CgroupPath}).pids(), nil
+}

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portside-io/portside/internal/localcloud/machine"
+)
+
+// nodeFootprint is one real node's idle cost over a window: RSS at its
+// end and CPU over it, for the node agents (kubelet, containerd,
+// kube-proxy: issue 32's per-node target) and for every process of the
+// machine (its init, shims, pods too).
+type nodeFootprint struct {
+	machine                string
+	agentsRSS, allRSS      int64   // bytes
+	agentsCPU, allCPU      float64 // share of one core over the window
+	agents                 map[string]int64
+	processes, agentsFound int
+}
+
+// nodeAgents are what the per-node target counts.
+var nodeAgents = []string{"kubelet", "containerd", "kube-proxy"}
+
+// measureNodeFootprints samples every machine of the environment at data
+// (their records, machine.json, under its cloud's directory) over window.
+func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []nodeFootprint {
+	var dirs []string
+	_ = filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "machine.json" {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+		return nil
+	})
+	if len(dirs) == 0 {
+		tb.Fatalf("no machine records (machine.json) under %s", data)
+	}
+	slices.Sort(dirs)
+	type sample struct{ cpu map[int]float64 }
+	take := func() []sample {
+		var out []sample
+		for _, d := range dirs {
+			pids, err := machine.PIDs(d)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			s := sample{cpu: map[int]float64{}}
+			for _, pid := range pids {
+				s.cpu[pid] = procCPU(pid)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	before := take()
+	time.Sleep(window)
+	var out []nodeFootprint
+	for i, d := range dirs {
+		pids, err := machine.PIDs(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		f := nodeFootprint{machine: filepath.Base(d), agents: map[string]int64{}, processes: len(pids)}
+		for _, pid := range pids {
+			rss, name := procRSS(pid), procComm(pid)
+			// A process that started within the window counts from zero.
+			cpu := (procCPU(pid) - before[i].cpu[pid]) / window.Seconds()
+			f.allRSS += rss
+			f.allCPU += cpu
+			if slices.Contains(nodeAgents, name) {
+				f.agents[name] += rss
+				f.agentsRSS += rss
+				f.agentsCPU += cpu
+			}
+		}
+		f.agentsFound = len(f.agents)
+		out = append(out, f)
+	}
+	return out
+}
+
+// procCPU is a process's utime+stime in seconds (0 once gone).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// procRSS is VmRSS in bytes (0 for a kernel thread or a process gone).
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func procComm(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(b))
+}
