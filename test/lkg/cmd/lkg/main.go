@@ -76,6 +76,9 @@ func run() (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if len(rows) == 0 {
+		return false, fmt.Errorf("--providers %s: no row left to run on %s", *providers, strings.Join(ks, ", "))
+	}
 	var e2e *upstreame2e.Run
 	if *e2eRun != "none" {
 		f, err := upstreame2e.Load(filepath.Join(root, "test", "upstreame2e", "runs.yaml"))
@@ -175,7 +178,10 @@ func buildProviders(ctx context.Context, root, outDir, list, since string, relea
 			release := at
 			if at == "previous" {
 				if release, err = lkg.PreviousRelease(releases); err != nil {
-					return nil, fmt.Errorf("--providers %s: %v", p, err)
+					// The default row on a run of one release: nothing to
+					// skew against, said and left out.
+					fmt.Fprintf(os.Stderr, "lkg: row %s left out: %v\n", p, err)
+					continue
 				}
 			}
 			on := lkg.SkewReleases(release, releases)
@@ -187,7 +193,7 @@ func buildProviders(ctx context.Context, root, outDir, list, since string, relea
 				return nil, fmt.Errorf("--providers %s: %v", p, err)
 			}
 			out = append(out, lkg.Provider{Name: "upstream-ccm@" + release, CCMBinary: bin, Releases: on,
-				CCM:        "upstream's CCM of the previous release: test/upstreamccm built with Kubernetes " + release + "'s libraries",
+				CCM:        "upstream's CCM built with Kubernetes " + release + "'s libraries (test/upstreamccm)",
 				CCMVersion: "k8s.io/cloud-provider v0." + strings.TrimPrefix(release, "v1."), CCMRelease: release})
 		case name == "local":
 			out = append(out, lkg.Provider{Name: name, CCM: "Portside's CCM (portside ccm)",
