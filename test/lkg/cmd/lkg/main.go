@@ -116,6 +116,11 @@ func run() (bool, error) {
 	_ = md.Close()
 	// The new report is the next run's previous one, unless interrupted.
 	if ctx.Err() == nil {
+		// --out may be elsewhere: the previous report's directory is made
+		// here (a fresh clone has no _output/lkg).
+		if err := os.MkdirAll(filepath.Dir(*previous), 0o755); err != nil {
+			return false, err
+		}
 		if err := report.Write(*previous); err != nil {
 			return false, err
 		}
