@@ -392,21 +392,7 @@ func npPortsideBinary(b testing.TB) (string, error) {
 }
 
 // procCPUSeconds is a process's utime+stime (all threads), in seconds.
-func procCPUSeconds(pid int) float64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	// Fields after the command: state(3) ... utime(14) stime(15).
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
+func procCPUSeconds(pid int) float64 { return proc.CPUSeconds(pid) }
 
 func loadAvg() string {
 	data, err := os.ReadFile("/proc/loadavg")

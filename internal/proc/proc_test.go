@@ -189,3 +189,21 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Lookup of a reaped child: %v, want ErrGone", err)
 	}
 }
+
+func TestUsageOfThisProcess(t *testing.T) {
+	// Burn a little CPU so the 10 ms ticks show some.
+	x := 0
+	for i := range 50_000_000 {
+		x += i
+	}
+	_ = x
+	if c := CPUSeconds(os.Getpid()); c <= 0 {
+		t.Errorf("CPUSeconds of this process = %v, want > 0", c)
+	}
+	if r := RSS(os.Getpid()); r <= 1<<20 {
+		t.Errorf("RSS of this process = %d bytes, want over 1 MiB", r)
+	}
+	if CPUSeconds(-1) != 0 || RSS(-1) != 0 {
+		t.Error("a process that does not exist has usage")
+	}
+}

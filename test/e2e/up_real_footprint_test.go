@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/portside-io/portside/internal/localcloud/machine"
+	"github.com/portside-io/portside/internal/proc"
 )
 
 // nodeFootprint is one real node's idle cost over a window: RSS at its
@@ -52,7 +53,7 @@ func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []n
 			}
 			s := sample{cpu: map[int]float64{}}
 			for _, pid := range pids {
-				s.cpu[pid] = procCPU(pid)
+				s.cpu[pid] = proc.CPUSeconds(pid)
 			}
 			out = append(out, s)
 		}
@@ -68,9 +69,9 @@ func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []n
 		}
 		f := nodeFootprint{machine: filepath.Base(d), agents: map[string]int64{}, processes: len(pids)}
 		for _, pid := range pids {
-			rss, name := procRSS(pid), procComm(pid)
+			rss, name := proc.RSS(pid), procComm(pid)
 			// A process that started within the window counts from zero.
-			cpu := (procCPU(pid) - before[i].cpu[pid]) / window.Seconds()
+			cpu := (proc.CPUSeconds(pid) - before[i].cpu[pid]) / window.Seconds()
 			f.allRSS += rss
 			f.allCPU += cpu
 			if slices.Contains(nodeAgents, name) {
@@ -83,37 +84,6 @@ func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []n
 		out = append(out, f)
 	}
 	return out
-}
-
-// procCPU is a process's utime+stime in seconds (0 once gone).
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
-}
-
-// procRSS is VmRSS in bytes (0 for a kernel thread or a process gone).
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 func procComm(pid int) string {

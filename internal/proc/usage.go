@@ -1,0 +1,42 @@
+package proc
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// CPUSeconds is a process's utime+stime (all threads) in seconds, from
+// /proc/<pid>/stat; 0 once it is gone. Benchmarks measure a process's CPU
+// by it.
+func CPUSeconds(pid int) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	// The command, in parentheses, may hold spaces: count after it.
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// RSS is a process's resident set (VmRSS) in bytes; 0 for a kernel thread
+// or a process gone.
+func RSS(pid int) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
