@@ -3,6 +3,7 @@ package netproxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 
@@ -109,4 +110,23 @@ func (c *batchedConn) Write(p []byte) (int, error) {
 		return 0, ferr
 	}
 	return n, err
+}
+
+// HandshakeTLS runs a TLS handshake over raw (client side when client)
+// and returns the connection batched as BatchTLS's: one write(2) per
+// Write, reads through a buffer of IOBufferSize. For the links that do
+// not go through gRPC's credentials (portside-link/2, and the agent port's
+// ALPN demultiplexing, which hands gRPC connections already handshaken).
+func HandshakeTLS(ctx context.Context, raw net.Conn, cfg *tls.Config, client bool) (net.Conn, tls.ConnectionState, error) {
+	bc := newBatchConn(raw)
+	var tc *tls.Conn
+	if client {
+		tc = tls.Client(bc, cfg)
+	} else {
+		tc = tls.Server(bc, cfg)
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, tls.ConnectionState{}, err
+	}
+	return &batchedConn{Conn: tc, raw: bc}, tc.ConnectionState(), nil
 }

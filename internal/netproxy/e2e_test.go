@@ -96,28 +96,61 @@ type stack struct {
 }
 
 // modes are the protocol combinations: Portside on both sides negotiates
-// streams-v1; either side refusing falls back to upstream's protocol.
-var modes = []struct {
+// streams-v1 on a plaintext agent port and portside-link/2 on a TLS one;
+// either side refusing falls back to upstream's protocol.
+type mode struct {
 	name                      string
 	serverLegacy, agentLegacy bool
-}{
-	{"streams-v1", false, false},
-	{"upstream-agent-protocol", false, true},
-	{"upstream-server-protocol", true, false},
+	link                      bool // mTLS agent port, where ALPN chooses portside-link/2
+}
+
+var modes = []mode{
+	{name: "streams-v1"},
+	{name: "upstream-agent-protocol", agentLegacy: true},
+	{name: "upstream-server-protocol", serverLegacy: true},
+	{name: "portside-link", link: true},
 }
 
 func startStack(t *testing.T, serverLegacy, agentLegacy bool, so server.Options) *stack {
 	t.Helper()
+	return startStackFor(t, mode{serverLegacy: serverLegacy, agentLegacy: agentLegacy}, so)
+}
+
+func startStackFor(t *testing.T, m mode, so server.Options) *stack {
+	t.Helper()
 	if so.UDSName == "" && so.Mode != server.ModeHTTPConnect {
 		so.UDSName = filepath.Join(t.TempDir(), "proxy.sock")
 	}
-	so.DisableStreams = serverLegacy
+	so.DisableStreams = m.serverLegacy
+	ao := agent.Options{AgentID: "agent-1", DisableStreams: m.agentLegacy}
+	if m.link {
+		pki := netproxytest.NewPKI(t)
+		so.AgentTLS = pki.ServerTLS(t)
+		ao.TLS = pki.ClientTLS(t, "agent-1")
+	}
 	s := netproxytest.StartServer(t, so)
-	a, stop := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "agent-1",
-		DisableStreams: agentLegacy})
+	ao.ServerAddress = s.AgentAddr().String()
+	a, stop := netproxytest.StartAgent(t, ao)
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
-	assertProtocol(t, s, a, !serverLegacy && !agentLegacy)
+	if m.link {
+		assertLink(t, s, a)
+	} else {
+		assertProtocol(t, s, a, !m.serverLegacy && !m.agentLegacy)
+	}
 	return &stack{srv: s, uds: so.UDSName, agent: a, stop: stop}
+}
+
+// assertLink fails unless the agent's one session is on portside-link/2
+// at both ends (the bytes alone would not tell a fallback to gRPC).
+func assertLink(t testing.TB, s *server.Server, a *agent.Agent) {
+	t.Helper()
+	netproxytest.Eventually(t, 5*time.Second, func() bool { return len(a.ServerIDs()) == 1 }, "agent session")
+	if n := a.Links(); n != 1 {
+		t.Fatalf("agent: %d of 1 sessions on portside-link/2", n)
+	}
+	if n := s.LinkAgents(); n != 1 || s.AgentCount() != 1 {
+		t.Fatalf("server: %d of %d agents on portside-link/2, want 1 of 1", n, s.AgentCount())
+	}
 }
 
 // assertProtocol fails unless the agent's one control stream negotiated
@@ -145,7 +178,7 @@ func TestGRPCFrontendEcho(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			st := startStack(t, m.serverLegacy, m.agentLegacy, server.Options{})
+			st := startStackFor(t, m, server.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c, err := dialUDS(ctx, st.uds, echo)
@@ -194,7 +227,7 @@ func TestHTTPConnectTLS(t *testing.T) {
 	pki := netproxytest.NewPKI(t)
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			st := startStack(t, m.serverLegacy, m.agentLegacy, server.Options{Mode: server.ModeHTTPConnect,
+			st := startStackFor(t, m, server.Options{Mode: server.ModeHTTPConnect,
 				FrontendTLS: pki.ServerTLS(t)})
 			var wg sync.WaitGroup
 			errs := make(chan error, 32)

@@ -75,7 +75,7 @@ func TestNoLeaks(t *testing.T) {
 			if v, err := strconv.Atoi(os.Getenv("PORTSIDE_NETPROXY_LEAK_DIALS")); err == nil && v > 0 {
 				n = v
 			}
-			st := startStack(t, m.serverLegacy, m.agentLegacy, server.Options{})
+			st := startStackFor(t, m, server.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second+time.Duration(n)*5*time.Millisecond)
 			defer cancel()
 			warm, err := dialUDS(ctx, st.uds, dest)

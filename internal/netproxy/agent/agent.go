@@ -68,6 +68,9 @@ type Options struct {
 	// DisableStreams does not offer the streams-v1 extension, so the agent
 	// behaves exactly as an upstream agent (tests, comparisons).
 	DisableStreams bool
+	// DisableLink connects with gRPC only, never offering portside-link/2
+	// (--portside-link=false).
+	DisableLink bool
 
 	HealthAddress   string
 	AdminAddress    string
@@ -99,6 +102,9 @@ type Agent struct {
 	lastErr   error
 	forceStop chan struct{}
 	forceOnce sync.Once
+	// noLinkUntil: the server chose gRPC; offer the link again after it.
+	noLinkUntil       time.Time
+	linkRefusedLogged bool
 }
 
 // ForceStop ends a drain at once (upstream's second signal): connections

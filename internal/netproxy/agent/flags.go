@@ -37,6 +37,7 @@ type Flags struct {
 	DrainTimeout                                 time.Duration
 	Plaintext                                    bool
 	Streams                                      bool
+	Link                                         bool
 	EnableProfiling                              bool
 	CountServerLeases                            bool
 	LeaseNamespace                               string
@@ -60,7 +61,7 @@ func NewFlags() *Flags {
 	return &Flags{ServerHost: "127.0.0.1", ServerPort: 8091, AgentID: os.Getenv("PROXY_AGENT_ID"),
 		HealthPort: 8093, AdminPort: 8094, AdminBind: "127.0.0.1",
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, ProbeInterval: time.Second,
-		KeepaliveTime: time.Hour, Streams: true,
+		KeepaliveTime: time.Hour, Streams: true, Link: true,
 		LeaseNamespace: DefaultLeaseNamespace, LeaseSelector: labels.SelectorFromSet(labels.Set{"k8s-app": "konnectivity-server"}),
 		ServerCountSource: CountSourceDefault, KubeAPIContentType: runtime.ContentTypeProtobuf}
 }
@@ -87,6 +88,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ServiceAccountTokenPath, "service-account-token-path", f.ServiceAccountTokenPath, "File holding a ServiceAccount token to authenticate with.")
 	fs.DurationVar(&f.DrainTimeout, "drain-timeout", f.DrainTimeout, "On SIGTERM, how long open connections may continue after the servers were told to drain; 0 waits until they end or a second signal.")
 	fs.BoolVar(&f.Plaintext, "portside-plaintext", f.Plaintext, "Connect without TLS (tests, or a TLS-terminating sidecar).")
+	fs.BoolVar(&f.Link, "portside-link", f.Link, "Offer TLS servers portside-link/2 (connections as frames on one TLS connection, flow-controlled each); servers that do not choose it get gRPC.")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside servers one stream per connection (no head-of-line blocking).")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
 	fs.BoolVar(&f.CountServerLeases, "count-server-leases", f.CountServerLeases, "Count the proxy servers' valid Leases to know how many servers to connect to.")
@@ -108,7 +110,7 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		AgentID: f.AgentID, AgentIdentifiers: f.AgentIdentifiers,
 		SyncInterval: f.SyncInterval, SyncIntervalCap: f.SyncIntervalCap, ProbeInterval: f.ProbeInterval,
 		SyncForever: f.SyncForever, KeepaliveTime: f.KeepaliveTime, ServiceAccountTokenPath: f.ServiceAccountTokenPath,
-		DrainTimeout: f.DrainTimeout, DisableStreams: !f.Streams, EnableProfiling: f.EnableProfiling,
+		DrainTimeout: f.DrainTimeout, DisableStreams: !f.Streams, DisableLink: !f.Link, EnableProfiling: f.EnableProfiling,
 		CountServerLeases: f.CountServerLeases, LeaseNamespace: f.LeaseNamespace, LeaseSelector: f.LeaseSelector,
 		ServerCountSource: f.ServerCountSource}
 	if err := validateCountSource(f.ServerCountSource); err != nil {

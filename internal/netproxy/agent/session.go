@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 
 	"github.com/portside-io/portside/internal/netproxy"
+	"github.com/portside-io/portside/internal/netproxy/link"
 )
 
 // headerTimeout bounds the wait for a server's response headers, which
@@ -37,6 +39,7 @@ type session struct {
 	a        *Agent
 	logger   logr.Logger
 	cc       *grpc.ClientConn
+	ln       *link.Session // portside-link/2 instead of cc and stream
 	client   agentpb.AgentServiceClient
 	stream   agentpb.AgentService_ConnectClient
 	ctx      context.Context
@@ -61,6 +64,11 @@ type session struct {
 // connectOnce opens one control stream and keeps it if it reaches a
 // server not yet held.
 func (a *Agent) connectOnce(ctx context.Context) error {
+	if a.offerLink() {
+		if err := a.connectLink(ctx); !errors.Is(err, errNotLink) {
+			return err
+		}
+	}
 	creds := insecure.NewCredentials()
 	var cert certRecord
 	if a.opts.TLS != nil {
@@ -218,6 +226,13 @@ func (s *session) sendMsg(m any) error {
 
 func (s *session) sendDrain() {
 	s.drainOnce.Do(func() {
+		if s.ln != nil {
+			// The server chooses this agent for no new dials.
+			if err := s.ln.GoAway(); err != nil {
+				s.logger.V(2).Info("Sending GOAWAY failed", "err", err)
+			}
+			return
+		}
 		if err := s.send(netproxy.Drain()); err != nil {
 			s.logger.V(2).Info("Sending DRAIN failed", "err", err)
 		}

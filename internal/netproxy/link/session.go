@@ -50,6 +50,7 @@ type Session struct {
 	wcond    *sync.Cond // senders waiting for wbuf to drain below highWater
 	kick     chan struct{}
 
+	dialMu   sync.Mutex // orders dial IDs on the wire
 	mu       sync.Mutex
 	streams  map[uint64]*Stream
 	nextID   uint64

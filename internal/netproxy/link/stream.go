@@ -62,16 +62,23 @@ func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, e
 	if err != nil {
 		return nil, err
 	}
+	// IDs must reach the peer in order (it refuses one not above the
+	// last, so a reused ID cannot be mistaken for a new connection): the
+	// ID is taken and its frame queued under dialMu.
+	s.dialMu.Lock()
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
+		s.dialMu.Unlock()
 		return nil, s.err
 	}
 	s.nextID++
 	st := newStream(s, s.nextID)
 	s.streams[st.id] = st
 	s.mu.Unlock()
-	if err := s.writeFrame(header{typ: frameDial, id: st.id}, payload); err != nil {
+	err = s.writeFrame(header{typ: frameDial, id: st.id}, payload)
+	s.dialMu.Unlock()
+	if err != nil {
 		s.remove(st.id)
 		return nil, err
 	}
@@ -92,7 +99,7 @@ func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, e
 		return st, nil
 	case dialed == -1:
 		st.finish()
-		return nil, fmt.Errorf("dial %s %s: %s", network, address, dialErr)
+		return nil, &DialError{Network: network, Address: address, Reason: dialErr}
 	case serr != nil:
 		return nil, serr
 	}
@@ -101,6 +108,15 @@ func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, e
 		return nil, fmt.Errorf("dial %s %s: %w", network, address, err)
 	}
 	return nil, fmt.Errorf("dial %s %s: closed by the agent", network, address)
+}
+
+// DialError is the accepting side's refusal of a dial; Reason is its text
+// (the agent's dial error, which the server hands the frontend as an
+// upstream agent's DIAL_RSP error would be).
+type DialError struct{ Network, Address, Reason string }
+
+func (e *DialError) Error() string {
+	return fmt.Sprintf("dial %s %s: %s", e.Network, e.Address, e.Reason)
 }
 
 // Request is a dial the accepting side has not answered yet.

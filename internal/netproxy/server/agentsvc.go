@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io"
 	"strconv"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -32,43 +34,12 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	}
 	s.m.connectConns.Inc()
 	defer s.m.connectConns.Dec()
-
-	// Admission comes first: a stream refused here has cost a map lookup,
-	// not a TokenReview.
-	tk, reason, err := s.admission.admit(stream.Context(), s.opts.StreamLimits)
+	tk, b, logger, err := s.admitAgent(stream.Context(), md)
 	if err != nil {
-		s.m.streamsRefused.WithLabelValues(reason).Inc()
-		s.logger.V(2).Info("Agent stream refused", "reason", reason, "err", err)
 		return err
 	}
 	defer tk.done()
-	agentID := first(md.Get(header.AgentID))
-	if agentID == "" {
-		return status.Error(codes.InvalidArgument, "missing agentID in metadata")
-	}
-	logger := s.logger.WithValues("agentID", agentID)
-	ids, err := header.GenAgentIdentifiers(first(md.Get(header.AgentIdentifiers)))
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "bad agentIdentifiers: %v", err)
-	}
-	principal, err := s.authenticate(stream.Context(), md)
-	if err != nil {
-		if IsUnavailable(err) {
-			// Nothing is known about the token: the agent should retry.
-			logger.V(2).Info("Agent authentication unavailable", "err", err)
-			return status.Errorf(codes.Unavailable, "agent authentication unavailable: %v", err)
-		}
-		// V(2): a flood of junk tokens must not flood the log; the denials
-		// are counted (portside_token_reviews_total{result="denied"}).
-		logger.V(2).Info("Agent authentication failed", "err", err)
-		return status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err)
-	}
-	tk.authenticatedNow()
-	logger = logger.WithValues("user", principal.User, "node", principal.Node)
-	id, denied := s.decideIdentity(logger, agentID, principal, ids)
-	s.reportDenials(logger, agentID, principal, denied)
-	b := &backend{id: id, denied: denied, principal: principal, claims: ids, stream: stream, ctx: stream.Context(),
-		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
+	b.stream = stream
 	hdr := metadata.Pairs(header.ServerID, s.opts.ServerID, header.ServerCount, strconv.Itoa(s.serverCount()))
 	if !s.opts.DisableStreams && contains(md.Get(netproxy.HeaderFeatures), netproxy.FeatureStreamsV1) {
 		b.streamsV1 = true
@@ -79,31 +50,7 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 	if err := stream.SendHeader(hdr); err != nil {
 		return err
 	}
-	n := s.backends.add(b)
-	if principal.Node != "" {
-		// The Node may have changed between the decision and add, unseen
-		// by nodeChanged.
-		s.redecide(b)
-	}
-	s.backendsChanged(n, b.streamsV1, 1)
-	logger.V(2).Info("Agent connected", "streamsV1", b.streamsV1, "agents", n)
-	defer func() {
-		n := s.backends.remove(b)
-		s.backendsChanged(n, b.streamsV1, -1)
-		pending, established := b.shutdown()
-		for _, c := range pending {
-			s.m.dialFailed(failBackendClose)
-			s.resolveFailed(c, "agent disconnected before the dial completed")
-		}
-		for _, c := range established {
-			if c.finish() {
-				s.connFinished()
-				c.fe.closed(c, "agent disconnected")
-				c.closeDone()
-			}
-		}
-		logger.V(2).Info("Agent disconnected", "agents", n, "abandonedDials", len(pending), "closedConnections", len(established))
-	}()
+	defer s.attach(b, logger)()
 	var rp netproxy.Received
 	for {
 		err := netproxy.RecvPacket(stream, &rp)
@@ -117,6 +64,84 @@ func (a agentService) Connect(stream agentpb.AgentService_ConnectServer) error {
 		s.m.packet(segFromAgent, rp.Type)
 		s.handleAgentPacket(b, &rp)
 		rp.Free()
+	}
+}
+
+// admitAgent admits, authenticates and names an agent, the same for the
+// gRPC link and portside-link/2: ctx carries the peer (its verified TLS
+// state) and md the agent's claims and token. The errors are gRPC
+// statuses; the caller must call the ticket's done.
+func (s *Server) admitAgent(ctx context.Context, md metadata.MD) (*ticket, *backend, logr.Logger, error) {
+	// Admission comes first: a stream refused here has cost a map lookup,
+	// not a TokenReview.
+	tk, reason, err := s.admission.admit(ctx, s.opts.StreamLimits)
+	if err != nil {
+		s.m.streamsRefused.WithLabelValues(reason).Inc()
+		s.logger.V(2).Info("Agent stream refused", "reason", reason, "err", err)
+		return nil, nil, logr.Logger{}, err
+	}
+	fail := func(err error) (*ticket, *backend, logr.Logger, error) {
+		tk.done()
+		return nil, nil, logr.Logger{}, err
+	}
+	agentID := first(md.Get(header.AgentID))
+	if agentID == "" {
+		return fail(status.Error(codes.InvalidArgument, "missing agentID in metadata"))
+	}
+	logger := s.logger.WithValues("agentID", agentID)
+	ids, err := header.GenAgentIdentifiers(first(md.Get(header.AgentIdentifiers)))
+	if err != nil {
+		return fail(status.Errorf(codes.InvalidArgument, "bad agentIdentifiers: %v", err))
+	}
+	principal, err := s.authenticate(ctx, md)
+	if err != nil {
+		if IsUnavailable(err) {
+			// Nothing is known about the token: the agent should retry.
+			logger.V(2).Info("Agent authentication unavailable", "err", err)
+			return fail(status.Errorf(codes.Unavailable, "agent authentication unavailable: %v", err))
+		}
+		// V(2): a flood of junk tokens must not flood the log; the denials
+		// are counted (portside_token_reviews_total{result="denied"}).
+		logger.V(2).Info("Agent authentication failed", "err", err)
+		return fail(status.Errorf(codes.Unauthenticated, "agent authentication failed: %v", err))
+	}
+	tk.authenticatedNow()
+	logger = logger.WithValues("user", principal.User, "node", principal.Node)
+	id, denied := s.decideIdentity(logger, agentID, principal, ids)
+	s.reportDenials(logger, agentID, principal, denied)
+	b := &backend{id: id, denied: denied, principal: principal, claims: ids, ctx: ctx,
+		pending: map[int64]*conn{}, conns: map[int64]*conn{}}
+	return tk, b, logger, nil
+}
+
+// attach makes b a backend dials may choose, and returns what takes it
+// away again: every dial still pending on it fails, every connection on
+// it is closed.
+func (s *Server) attach(b *backend, logger logr.Logger) (detach func()) {
+	n := s.backends.add(b)
+	if b.principal.Node != "" {
+		// The Node may have changed between the decision and add, unseen
+		// by nodeChanged.
+		s.redecide(b)
+	}
+	s.backendsChanged(n, b, 1)
+	logger.V(2).Info("Agent connected", "streamsV1", b.streamsV1, "link", b.link != nil, "agents", n)
+	return func() {
+		n := s.backends.remove(b)
+		s.backendsChanged(n, b, -1)
+		pending, established := b.shutdown()
+		for _, c := range pending {
+			s.m.dialFailed(failBackendClose)
+			s.resolveFailed(c, "agent disconnected before the dial completed")
+		}
+		for _, c := range established {
+			if c.finish() {
+				s.connFinished()
+				c.fe.closed(c, "agent disconnected")
+				c.closeDone()
+			}
+		}
+		logger.V(2).Info("Agent disconnected", "agents", n, "abandonedDials", len(pending), "closedConnections", len(established))
 	}
 }
 

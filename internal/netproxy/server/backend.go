@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -10,6 +11,8 @@ import (
 
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/portside-io/portside/internal/netproxy/link"
 )
 
 // backend is one agent's control stream to this server. An upstream agent
@@ -24,7 +27,8 @@ type backend struct {
 	claims    header.Identifiers
 	streamsV1 bool
 	session   string
-	stream    agentpb.AgentService_ConnectServer
+	stream    agentpb.AgentService_ConnectServer // the gRPC link
+	link      *link.Session                      // or portside-link/2
 	ctx       context.Context
 	draining  atomic.Bool
 
@@ -38,6 +42,11 @@ type backend struct {
 
 // send sends a *client.Packet or a *netproxy.Received.
 func (b *backend) send(pkt any) error {
+	if b.link != nil {
+		// Dials and closes on portside-link/2 are frames of their own
+		// (linkDial, linkStream); nothing is sent as a packet.
+		return errors.New("no packets on a portside-link/2 agent")
+	}
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
 	return b.stream.SendMsg(pkt)
@@ -198,6 +207,17 @@ func (r *registry) len() int {
 	return len(r.list)
 }
 
+func (r *registry) links() (n int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, b := range r.list {
+		if b.link != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *registry) streamsV1() (n int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -216,7 +236,7 @@ func (r *registry) choose(strategies []Strategy, address string) (*backend, Stra
 	ids := make([]Identity, len(r.list))
 	for i, b := range r.list {
 		ids[i] = b.id
-		ids[i].Draining = b.draining.Load()
+		ids[i].Draining = b.draining.Load() || (b.link != nil && b.link.PeerGoneAway())
 	}
 	i, s := Choose(strategies, address, ids, rand.IntN)
 	if i < 0 {

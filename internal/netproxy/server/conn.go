@@ -19,6 +19,9 @@ type frontend interface {
 	dialFailed(c *conn, msg string)
 	// data sends a DATA packet; msg's payload is valid until it returns.
 	data(msg *netproxy.Received) error
+	// dataOut sends a DATA packet from a pooled buffer (a portside-link/2
+	// connection's bytes); the caller frees it after.
+	dataOut(o *netproxy.OutData) error
 	closed(c *conn, msg string)
 	kind() string
 }
@@ -43,11 +46,14 @@ type conn struct {
 	m       *metrics
 	start   time.Time
 	timer   *time.Timer
+	// cancelDial abandons a portside-link/2 dial (the link's own close
+	// of the pending stream), where the gRPC link sends DIAL_CLS.
+	cancelDial func()
 
 	mu        sync.Mutex
 	state     connState
 	connectID int64
-	ds        *dataStream // streams-v1 only: this connection's own stream
+	ds        connStream // this connection's own stream (streams-v1 or portside-link/2); nil multiplexed
 
 	dialDone  chan struct{} // closed once the dial is resolved either way
 	done      chan struct{} // closed once finished
@@ -63,7 +69,7 @@ func newConn(random int64, address string, fe frontend, be *backend, m *metrics)
 
 // establish moves a pending connection to established; the caller owns
 // the resolution (it took c out of the pending map).
-func (c *conn) establish(connectID int64, ds *dataStream) {
+func (c *conn) establish(connectID int64, ds connStream) {
 	c.mu.Lock()
 	c.state = stateEstablished
 	c.connectID = connectID
@@ -89,12 +95,18 @@ func (c *conn) fail() {
 // and must tell the frontend, then call closeDone.
 func (c *conn) finish() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.state != stateEstablished {
+		c.mu.Unlock()
 		return false
 	}
 	c.state = stateFinished
+	ds := c.ds
+	c.mu.Unlock()
 	c.doAbort()
+	if ds != nil {
+		// Outside c.mu: a link stream's close may wait for room on the link.
+		ds.abort()
+	}
 	return true
 }
 
@@ -105,7 +117,7 @@ func (c *conn) closeDone() { c.doneOnce.Do(func() { close(c.done) }) }
 
 func (c *conn) doAbort() { c.abortOnce.Do(func() { close(c.abort) }) }
 
-func (c *conn) snapshot() (connState, int64, *dataStream) {
+func (c *conn) snapshot() (connState, int64, connStream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state, c.connectID, c.ds
@@ -140,11 +152,23 @@ func packetTypeOf(pkt any) string {
 	return client.PacketType_DATA.String()
 }
 
+// connStream is a connection's own stream to its agent.
+type connStream interface {
+	// send sends a frontend packet (DATA or CLOSE_REQ): a *client.Packet,
+	// a *netproxy.Received or a *netproxy.OutData.
+	send(pkt any) error
+	// abort ends the stream once the connection is finished.
+	abort()
+}
+
 // dataStream is the server end of a streams-v1 per-connection stream.
+// Its handler returns, and so resets the stream, on the conn's abort.
 type dataStream struct {
 	mu     sync.Mutex
 	stream agentpb.AgentService_ConnectServer
 }
+
+func (d *dataStream) abort() {}
 
 func (d *dataStream) send(pkt any) error {
 	d.mu.Lock()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -27,7 +28,14 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 		return nil, ErrNoAgent
 	}
 	c := newConn(random, address, fe, b, s.m)
+	var dialCtx context.Context
+	if b.link != nil {
+		dialCtx, c.cancelDial = context.WithCancel(b.ctx)
+	}
 	if !b.addPending(c) {
+		if c.cancelDial != nil {
+			c.cancelDial()
+		}
 		return nil, errors.New("agent unavailable or duplicate dial id")
 	}
 	s.m.pendingDials.Inc()
@@ -37,10 +45,14 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 			if b.takePendingIf(c) {
 				s.m.dialFailed(failTimeout)
 				s.resolveFailed(c, fmt.Sprintf("dial timeout: agent %s did not answer the dial to %s within %s", b.id.AgentID, address, t))
-				s.sendAgent(b, netproxy.DialCls(random))
+				s.cancelAgentDial(c)
 			}
 		})
 		c.mu.Unlock()
+	}
+	if b.link != nil {
+		go s.linkDial(b, c, dialCtx, protocol, address)
+		return c, nil
 	}
 	s.m.packet(segToAgent, client.PacketType_DIAL_REQ)
 	if err := b.send(netproxy.DialReq(random, protocol, address)); err != nil {
@@ -98,6 +110,17 @@ func (s *Server) abandonDial(c *conn) {
 	s.m.dialFailed(failFrontendClose)
 	c.fail()
 	close(c.dialDone)
+	s.cancelAgentDial(c)
+}
+
+// cancelAgentDial tells the agent a pending dial is abandoned: DIAL_CLS
+// on the gRPC link; on portside-link/2, the dial's context ends and the
+// link closes the stream (the agent closes what it opens late).
+func (s *Server) cancelAgentDial(c *conn) {
+	if c.cancelDial != nil {
+		c.cancelDial()
+		return
+	}
 	s.sendAgent(c.be, netproxy.DialCls(c.random))
 }
 

@@ -41,6 +41,7 @@ type Flags struct {
 	BackendDialTimeout, GracefulShutdownTimeout       time.Duration
 	EnableProfiling                                   bool
 	Streams                                           bool
+	Link                                              bool
 
 	// Flood resistance of the agent port (reviewcache.go, admission.go).
 	ReviewMaxInFlight                        int
@@ -75,7 +76,7 @@ func NewFlags() *Flags {
 	return &Flags{Mode: ModeGRPC, DeleteUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminPort: 8095, AdminBind: "127.0.0.1", KeepaliveTime: time.Hour, FrontendKeepaliveTime: time.Hour,
 		ServerID: os.Getenv("PROXY_SERVER_ID"), ServerCount: 1, ProxyStrategies: "default",
-		GracefulShutdownTimeout: 15 * time.Second, Streams: true, LeaseNamespace: "kube-system", LeaseLabel: "k8s-app=konnectivity-server",
+		GracefulShutdownTimeout: 15 * time.Second, Streams: true, Link: true, LeaseNamespace: "kube-system", LeaseLabel: "k8s-app=konnectivity-server",
 		ReviewMaxInFlight: DefaultReviewMaxInFlight, ReviewTimeout: DefaultReviewTimeout, ReviewCacheTTL: DefaultReviewCacheTTL,
 		ReviewDenialTTL: DefaultReviewDenialTTL, ReviewQPS: DefaultReviewQPS, ReviewBurst: DefaultReviewBurst,
 		MaxStreamsPerConnection: DefaultMaxStreamsPerConnection, MaxUnauthStream: DefaultMaxUnauthenticatedStreamsPerPeer,
@@ -132,6 +133,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.BackendDialTimeout, "backend-dial-timeout", f.BackendDialTimeout, "Fail a dial the agent has not answered within this time; 0 waits.")
 	fs.DurationVar(&f.GracefulShutdownTimeout, "graceful-shutdown-timeout", f.GracefulShutdownTimeout, "On SIGTERM, how long open tunnels may continue before they are closed.")
 	fs.BoolVar(&f.EnableProfiling, "enable-profiling", f.EnableProfiling, "Serve /debug/pprof on the admin port.")
+	fs.BoolVar(&f.Link, "portside-link", f.Link, "Offer Portside agents portside-link/2 on the TLS agent port (chosen by ALPN; upstream agents get gRPC as before).")
 	fs.BoolVar(&f.Streams, "portside-streams", f.Streams, "Offer Portside agents one stream per connection (no head-of-line blocking); upstream agents are unaffected.")
 	f.ignored = netproxy.RegisterIgnored(fs, ignoredFlags, "proxy-server")
 }
@@ -151,7 +153,7 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 		FrontendAddress: hostPort(f.ServerBind, f.ServerPort), AgentAddress: hostPort(f.AgentBind, f.AgentPort),
 		ServerID: f.ServerID, ServerCount: f.ServerCount, Strategies: strategies,
 		BackendDialTimeout: f.BackendDialTimeout, GracefulShutdownTimeout: f.GracefulShutdownTimeout,
-		KeepaliveTime: f.KeepaliveTime, FrontendKeepaliveTime: f.FrontendKeepaliveTime, DisableStreams: !f.Streams,
+		KeepaliveTime: f.KeepaliveTime, FrontendKeepaliveTime: f.FrontendKeepaliveTime, DisableStreams: !f.Streams, DisableLink: !f.Link,
 		EnableProfiling: f.EnableProfiling,
 		StreamLimits:    f.streamLimits()}
 	if f.HealthPort > 0 {

@@ -89,6 +89,17 @@ func (f *grpcFrontend) data(msg *netproxy.Received) error {
 	f.wrote(start, err, client.PacketType_DATA)
 	return err
 }
+func (f *grpcFrontend) dataOut(o *netproxy.OutData) error {
+	start := time.Now()
+	f.writes.begin(start)
+	f.mu.Lock()
+	err := f.stream.SendMsg(o)
+	f.mu.Unlock()
+	f.writes.end()
+	f.wrote(start, err, client.PacketType_DATA)
+	return err
+}
+
 func (f *grpcFrontend) closed(c *conn, msg string) {
 	f.sendSoon(netproxy.CloseRsp(c.connectID, msg))
 }
@@ -202,7 +213,7 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 	}
 }
 
-func stateOf(c *conn) (connState, int64, *dataStream) {
+func stateOf(c *conn) (connState, int64, connStream) {
 	if c == nil {
 		return stateFinished, 0, nil
 	}

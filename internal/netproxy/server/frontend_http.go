@@ -48,6 +48,15 @@ func (f *httpFrontend) data(msg *netproxy.Received) error {
 	return err
 }
 
+func (f *httpFrontend) dataOut(o *netproxy.OutData) error {
+	start := time.Now()
+	f.writes.begin(start)
+	_, err := f.conn.Write(o.Buf())
+	f.writes.end()
+	f.m.frontendWrote(start)
+	return err
+}
+
 func (f *httpFrontend) closed(*conn, string) { f.close() }
 
 // httpConnect serves HTTP CONNECT tunnels, kube-apiserver's other egress

@@ -38,11 +38,14 @@ func (s *Server) adminMux() *http.ServeMux {
 }
 
 // backendsChanged updates the gauges after an agent comes or goes.
-func (s *Server) backendsChanged(n int, streamsV1 bool, delta float64) {
+func (s *Server) backendsChanged(n int, b *backend, delta float64) {
 	s.m.readyBackendConns.Set(float64(n))
 	s.readyBackendsChanged()
-	if streamsV1 {
+	if b.streamsV1 {
 		s.m.streamsV1Backends.Add(delta)
+	}
+	if b.link != nil {
+		s.m.linkBackends.Add(delta)
 	}
 }
 

@@ -71,6 +71,7 @@ type metrics struct {
 	leaseListTime     *prometheus.HistogramVec
 	leaseLists        *prometheus.CounterVec
 	streamsV1Backends prometheus.Gauge
+	linkBackends      prometheus.Gauge
 	agentHandshakes   prometheus.Counter
 	identifiersDenied *prometheus.CounterVec
 	// Flood resistance of the agent port (reviewcache.go, admission.go).
@@ -118,7 +119,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leaseLists: prometheus.NewCounterVec(prometheus.CounterOpts(opts("lease_list_total", "Count of lease list calls made by the garbage collection controller. Labeled by HTTP status code and reason.")),
 			[]string{"http_status_code", "reason"}),
 		streamsV1Backends: prometheus.NewGauge(prometheus.GaugeOpts(opts("portside_streams_v1_backends", "Number of connected agents using Portside's per-connection streams (no head-of-line blocking)."))),
-		agentHandshakes:   prometheus.NewCounter(prometheus.CounterOpts(opts("portside_agent_handshake_failures_total", "Number of TLS handshakes on the agent port that failed (e.g. an agent without a valid client certificate)."))),
+		linkBackends: prometheus.NewGauge(prometheus.GaugeOpts(opts("portside_link_backends",
+			"Number of connected agents on portside-link/2, the lean framed link (no gRPC between server and agent)."))),
+		agentHandshakes: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_agent_handshake_failures_total", "Number of TLS handshakes on the agent port that failed (e.g. an agent without a valid client certificate)."))),
 		identifiersDenied: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_identifiers_denied_total",
 			"Number of agent identifiers ignored because the agent's credential does not allow them, by identifier kind and reason.")), []string{"kind", "reason"}),
 		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_token_reviews_total",
@@ -132,7 +135,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.identifiersDenied, m.tokenReviews, m.reviewCacheHits, m.reviewShared, m.streamsRefused)
 	reg.MustRegister(m.dialDuration, m.grpcConnections, m.httpConnections, m.readyBackendConns, m.readyBackends,
-		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends, m.agentHandshakes,
+		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends, m.linkBackends, m.agentHandshakes,
 		m.frontendWrite, m.fullRecv.vec, m.culledLeases, m.leaseDeleteTime, m.leaseDeletes, m.leaseListTime, m.leaseLists)
 	for _, r := range allDialFailures {
 		m.dialFailures.WithLabelValues(r)

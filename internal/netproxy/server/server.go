@@ -96,6 +96,11 @@ type Options struct {
 	// DisableStreams refuses the streams-v1 extension, so Portside agents
 	// behave exactly as with an upstream server (tests, comparisons).
 	DisableStreams bool
+	// DisableLink offers agents only gRPC (h2) on the agent port, not
+	// portside-link/2 (--portside-link=false): for comparisons, and a
+	// way back should the link misbehave. Plaintext agent ports never
+	// offer it (ALPN needs TLS).
+	DisableLink bool
 
 	EnableProfiling bool
 
@@ -117,6 +122,8 @@ type Server struct {
 	admission admission
 
 	frontendLn, agentLn, healthLn, adminLn net.Listener
+	agentPort                              *agentPort // the TLS agent port's ALPN demultiplexer
+	links                                  linkSessions
 	nodes                                  *nodeCache
 	frontendGRPC, agentGRPC                *grpc.Server
 	frontendHTTP, healthHTTP, adminHTTP    *http.Server
@@ -223,7 +230,10 @@ func (s *Server) build() {
 	opts := s.opts
 	agentOpts := netproxy.ServerOptions(opts.KeepaliveTime)
 	if opts.AgentTLS != nil {
-		agentOpts = append(agentOpts, grpc.Creds(agentCreds{netproxy.BatchTLS(credentials.NewTLS(opts.AgentTLS)), s}))
+		// The agent port runs the handshakes itself, so that ALPN picks
+		// portside-link/2 or gRPC; gRPC gets connections handshaken.
+		s.agentPort = newAgentPort(s, s.agentLn)
+		agentOpts = append(agentOpts, grpc.Creds(handshakenCreds{}))
 	}
 	s.agentGRPC = grpc.NewServer(agentOpts...)
 	agentpb.RegisterAgentServiceServer(s.agentGRPC, agentService{s: s})
@@ -311,7 +321,12 @@ func (s *Server) Run(ctx context.Context) error {
 		s.nodes.start()
 		defer s.nodes.shutdown()
 	}
-	serve("agent server", func() error { return s.agentGRPC.Serve(s.agentLn) })
+	if s.agentPort != nil {
+		serve("agent port", s.agentPort.serve)
+		serve("agent server", func() error { return s.agentGRPC.Serve(s.agentPort) })
+	} else {
+		serve("agent server", func() error { return s.agentGRPC.Serve(s.agentLn) })
+	}
 	if s.frontendGRPC != nil {
 		serve("frontend server", func() error { return s.frontendGRPC.Serve(s.frontendLn) })
 	} else {
@@ -332,7 +347,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	logger.Info("Proxy server running", "mode", s.opts.Mode, "frontend", s.FrontendAddr().String(),
 		"agent", s.AgentAddr().String(), "serverCount", s.opts.ServerCount, "strategies", s.opts.Strategies,
-		"streamsV1", !s.opts.DisableStreams)
+		"streamsV1", !s.opts.DisableStreams, "link", s.agentPort != nil && !s.opts.DisableLink)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -370,6 +385,10 @@ func (s *Server) shutdown(logger logr.Logger) {
 	s.httpMu.Unlock()
 	<-drained
 	s.agentGRPC.Stop()
+	if s.agentPort != nil {
+		_ = s.agentPort.Close()
+	}
+	s.links.closeAll()
 	if s.healthHTTP != nil {
 		_ = s.healthHTTP.Close()
 	}
@@ -412,24 +431,3 @@ func (w klogWriter) Write(p []byte) (int, error) {
 }
 
 func containsFold(s, sub string) bool { return strings.Contains(strings.ToLower(s), sub) }
-
-// agentCreds reports failed agent handshakes, which grpc-go otherwise only
-// logs to grpclog (discarded): an agent refused for its certificate would
-// leave no trace on the server.
-type agentCreds struct {
-	credentials.TransportCredentials
-	s *Server
-}
-
-func (c agentCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil {
-		c.s.m.agentHandshakes.Inc()
-		c.s.logger.V(1).Info("Agent TLS handshake failed", "remoteAddr", raw.RemoteAddr().String(), "err", err)
-	}
-	return conn, info, err
-}
-
-func (c agentCreds) Clone() credentials.TransportCredentials {
-	return agentCreds{c.TransportCredentials.Clone(), c.s}
-}
