@@ -57,6 +57,10 @@ const (
 	npDirect   = "direct" // no proxy: the client dials the destination
 	npUpstream = "upstream"
 	npPortside = "portside"
+	// npPortsideGRPC is Portside with --portside-link=false on both
+	// sides (gRPC with streams-v1, the protocol before portside-link/2),
+	// for comparison; only when PORTSIDE_BENCH_NETPROXY_IMPLS names it.
+	npPortsideGRPC = "portside-grpc"
 )
 
 // npPKI is a throw-away CA and the PEM files the processes load.
@@ -247,10 +251,14 @@ func startNPStack(b testing.TB, impl, mode, dir string, bins npBins, pki *npPKI)
 		"--enable-profiling",
 	}
 	serverBin, agentBin := bins.anpServer, bins.anpAgent
-	if impl == npPortside {
+	if impl == npPortside || impl == npPortsideGRPC {
 		serverBin, agentBin = bins.portside, bins.portside
 		serverArgs = append([]string{"proxy-server"}, serverArgs...)
 		agentArgs = append([]string{"proxy-agent"}, agentArgs...)
+		if impl == npPortsideGRPC {
+			serverArgs = append(serverArgs, "--portside-link=false")
+			agentArgs = append(agentArgs, "--portside-link=false")
+		}
 	}
 	st.serverHealth = "http://127.0.0.1:" + strconv.Itoa(sHealth)
 	st.agentHealth = "http://127.0.0.1:" + strconv.Itoa(aHealth)
@@ -261,13 +269,17 @@ func startNPStack(b testing.TB, impl, mode, dir string, bins npBins, pki *npPKI)
 	st.agent = npStart(b, impl+" proxy-agent", agentBin, agentArgs, filepath.Join(dir, impl+"-agent.log"))
 	npWaitHTTP(b, st.agent, st.agentHealth+"/readyz")
 	npWaitHTTP(b, st.server, st.serverHealth+"/readyz")
-	if impl == npPortside {
-		// The contender is Portside's head-of-line-free protocol: a pair
-		// that fell back to upstream's would be measured under its name.
+	if impl == npPortside || impl == npPortsideGRPC {
+		// The contender is the protocol it is named after: a pair that
+		// fell back to another would be measured under its name.
+		metric, what := "konnectivity_network_proxy_server_portside_link_backends", "portside-link/2"
+		if impl == npPortsideGRPC {
+			metric, what = "konnectivity_network_proxy_server_portside_streams_v1_backends", "streams-v1"
+		}
 		deadline := time.Now().Add(10 * time.Second)
-		for st.serverMetric("konnectivity_network_proxy_server_portside_streams_v1_backends") != 1 {
+		for st.serverMetric(metric) != 1 {
 			if time.Now().After(deadline) {
-				b.Fatalf("portside's agent did not negotiate streams-v1 with its server:\n%s", st.agent.LogTail(20))
+				b.Fatalf("%s's agent did not connect with %s to its server:\n%s", impl, what, st.agent.LogTail(20))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

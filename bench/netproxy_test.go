@@ -69,7 +69,7 @@ import (
 // benchmarks: this one does not use it.)
 func BenchmarkNetworkProxy(b *testing.B) {
 	cfg := npConfigFromEnv()
-	bins := npBinaries(b, slices.Contains(cfg.impls, npPortside))
+	bins := npBinaries(b, slices.Contains(cfg.impls, npPortside) || slices.Contains(cfg.impls, npPortsideGRPC))
 	for _, mode := range cfg.modes {
 		b.Run(mode, func(b *testing.B) { benchNPMode(b, mode, cfg, bins) })
 	}
@@ -178,7 +178,7 @@ func npConfigFromEnv() npConfig {
 	if v := os.Getenv("PORTSIDE_BENCH_NETPROXY_IMPLS"); v != "" {
 		c.impls = nil
 		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s == npDirect || s == npUpstream || s == npPortside {
+			if s = strings.TrimSpace(s); s == npDirect || s == npUpstream || s == npPortside || s == npPortsideGRPC {
 				c.impls = append(c.impls, s)
 			}
 		}
@@ -779,7 +779,7 @@ func npTable(mode string, cfg npConfig, res map[string]*npResult, load0, load1 s
 	direct := res[npDirect]
 	fmt.Fprintf(&sb, "network proxy, %s frontend (CPU: server + agent; \"client\": the benchmark process, clients and destination): %d round(s) of %d MiB bulk in %d KiB writes, %d RTTs, %d dialers × %v, %d MiB head-of-line; %v; load average %s → %s\n",
 		mode, cfg.rounds, cfg.bulkBytes>>20, cfg.writeSize>>10, cfg.rtts, cfg.dialers, cfg.dialTime, cfg.holBytes>>20, elapsed.Round(time.Second), load0, load1)
-	fmt.Fprintf(&sb, "%-9s %9s %-17s %7s %9s %10s %7s %8s %8s %9s %9s %9s %10s %10s %9s %9s %9s\n",
+	fmt.Fprintf(&sb, "%-13s %9s %-17s %7s %9s %10s %7s %8s %8s %9s %9s %9s %10s %10s %9s %9s %9s\n",
 		"", "MB/s", "(per round)", "×direct", "CPU-s/GiB", "(client)", "KiB/pkt", "p50 µs", "p99 µs", "+p50 µs", "+p99 µs", "dials/s", "CPU-ms/dial", "(client)", "HOL slow", "backlog", "recovered")
 	for _, impl := range cfg.impls {
 		r := res[impl]
@@ -808,13 +808,17 @@ func npTable(mode string, cfg npConfig, res map[string]*npResult, load0, load1 s
 		if r.bulkPackets > 0 {
 			pkt = fmt.Sprintf("%.1f", float64(r.bulkBytes)/r.bulkPackets/1024)
 		}
-		fmt.Fprintf(&sb, "%-9s %9.0f %-17s %7.3f %9s %10.2f %7s %8.0f %8.0f %9.0f %9.0f %9.0f %10s %10.2f %9s %9s %9s\n",
+		fmt.Fprintf(&sb, "%-13s %9.0f %-17s %7.3f %9s %10.2f %7s %8.0f %8.0f %9.0f %9.0f %9.0f %10s %10.2f %9s %9s %9s\n",
 			impl, r.mbps(), "("+strings.Join(rounds, " ")+")", r.mbps()/direct.mbps(), cpu, r.selfCPU/(float64(r.bulkBytes)/(1<<30)), pkt,
 			us(r.percentile(50)), us(r.percentile(99)), us(r.percentile(50))-us(direct.percentile(50)), us(r.percentile(99))-us(direct.percentile(99)),
 			r.dialRate(), cpuDial, 1e3*r.dialSelfCPU/float64(max(1, r.dials)), hol, backlog, recovered)
 	}
-	u, p := res[npUpstream], res[npPortside]
-	if u != nil && p != nil {
+	u := res[npUpstream]
+	for _, impl := range []string{npPortside, npPortsideGRPC} {
+		p := res[impl]
+		if u == nil || p == nil {
+			continue
+		}
 		verdict := func(ok bool) string {
 			if ok {
 				return "met"
@@ -822,10 +826,13 @@ func npTable(mode string, cfg npConfig, res map[string]*npResult, load0, load1 s
 			return "MISSED"
 		}
 		thr, cpu := p.mbps()/u.mbps(), p.cpuPerGiB()/u.cpuPerGiB()
-		lat := (us(p.percentile(50)) - us(direct.percentile(50))) / (us(u.percentile(50)) - us(direct.percentile(50)))
+		added := func(r *npResult, q int) float64 { return us(r.percentile(q)) - us(direct.percentile(q)) }
+		p50, p99 := added(p, 50)/added(u, 50), added(p, 99)/added(u, 99)
 		dial := p.dialRate() / u.dialRate()
-		fmt.Fprintf(&sb, "portside vs upstream (P4): throughput %.2f× (≥3: %s), CPU/GiB %.2f× (≤0.35: %s), added p50 %.2f× (≤0.4: %s), dials %.2f× (≥3: %s), stalled stream slows another %.1f%% (<10%%: %s)\n",
-			thr, verdict(thr >= 3), cpu, verdict(cpu <= 0.35), lat, verdict(lat <= 0.4), dial, verdict(dial >= 3), p.holSlowdown(), verdict(p.holSlowdown() < 10))
+		dialCPU := (p.dialCPU / float64(max(1, p.dials))) / (u.dialCPU / float64(max(1, u.dials)))
+		fmt.Fprintf(&sb, "%s vs upstream (issue 32): throughput %.2f× (≥3: %s), CPU/GiB %.2f× (≤0.3: %s), CPU/dial %.2f× (≤0.33: %s), added p50 %.2f× (≤0.5: %s), added p99 %.2f× (≤0.5: %s), dials %.2f×, stalled stream slows another %.1f%% (<10%%: %s)\n",
+			impl, thr, verdict(thr >= 3), cpu, verdict(cpu <= 0.3), dialCPU, verdict(dialCPU <= 0.33), p50, verdict(p50 <= 0.5), p99, verdict(p99 <= 0.5),
+			dial, p.holSlowdown(), verdict(p.holSlowdown() < 10))
 	}
 	return sb.String()
 }
@@ -880,11 +887,13 @@ func npReport(b *testing.B, cfg npConfig, res map[string]*npResult) {
 				b.ReportMetric(float64(r.holTimeouts), "stuck-rounds")
 				b.ReportMetric(float64(r.holUnrecovered), "unrecovered-rounds")
 			})
-			if u := res[npUpstream]; impl == npPortside && u != nil {
+			if u := res[npUpstream]; (impl == npPortside || impl == npPortsideGRPC) && u != nil {
 				metric(b, "vs-upstream", func(b *testing.B) {
 					b.ReportMetric(r.mbps()/u.mbps(), "throughput-x")
 					b.ReportMetric(r.cpuPerGiB()/u.cpuPerGiB(), "CPU/GiB-x")
+					b.ReportMetric((r.dialCPU/float64(max(1, r.dials)))/(u.dialCPU/float64(max(1, u.dials))), "CPU/dial-x")
 					b.ReportMetric((us(r.percentile(50))-us(direct.percentile(50)))/(us(u.percentile(50))-us(direct.percentile(50))), "added-p50-x")
+					b.ReportMetric((us(r.percentile(99))-us(direct.percentile(99)))/(us(u.percentile(99))-us(direct.percentile(99))), "added-p99-x")
 					b.ReportMetric(r.dialRate()/u.dialRate(), "dials-x")
 				})
 			}
