@@ -354,7 +354,20 @@ func TestAgentWithoutClientCertificateRejected(t *testing.T) {
 	netproxytest.Eventually(t, 5*time.Second, good.Ready, "agent with a certificate connected")
 }
 
+// Token authentication on both links: gRPC (a plaintext agent port, the
+// token in metadata) and portside-link/2 (mTLS, the token in the Hello),
+// refusals carrying the server's reason either way.
 func TestAgentTokenAuthentication(t *testing.T) {
+	for _, link := range []bool{false, true} {
+		name := "grpc"
+		if link {
+			name = "portside-link"
+		}
+		t.Run(name, func(t *testing.T) { testAgentTokenAuthentication(t, link) })
+	}
+}
+
+func testAgentTokenAuthentication(t *testing.T, link bool) {
 	cs := fake.NewSimpleClientset()
 	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tr := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenReview)
@@ -366,8 +379,22 @@ func TestAgentTokenAuthentication(t *testing.T) {
 	})
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	uds := filepath.Join(t.TempDir(), "proxy.sock")
-	s := netproxytest.StartServer(t, server.Options{UDSName: uds, TokenAuth: &server.TokenAuth{
-		Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "system:konnectivity-server", Client: cs}})
+	so := server.Options{UDSName: uds, TokenAuth: &server.TokenAuth{
+		Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "system:konnectivity-server", Client: cs}}
+	var pki *netproxytest.PKI
+	if link {
+		pki = netproxytest.NewPKI(t)
+		so.AgentTLS = pki.ServerTLS(t)
+	}
+	s := netproxytest.StartServer(t, so)
+	startAgent := func(o agent.Options) *agent.Agent {
+		o.ServerAddress = s.AgentAddr().String()
+		if link {
+			o.TLS = pki.ClientTLS(t, o.AgentID)
+		}
+		a, _ := netproxytest.StartAgent(t, o)
+		return a
+	}
 	dir := t.TempDir()
 	write := func(name, tok string) string {
 		p := filepath.Join(dir, name)
@@ -376,9 +403,8 @@ func TestAgentTokenAuthentication(t *testing.T) {
 		}
 		return p
 	}
-	bad, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "bad",
-		ServiceAccountTokenPath: write("bad", "wrong-token")})
-	none, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "none"})
+	bad := startAgent(agent.Options{AgentID: "bad", ServiceAccountTokenPath: write("bad", "wrong-token")})
+	none := startAgent(agent.Options{AgentID: "none"})
 	netproxytest.Eventually(t, 5*time.Second, func() bool { return bad.LastError() != nil && none.LastError() != nil }, "rejections")
 	for _, a := range []*agent.Agent{bad, none} {
 		if err := a.LastError(); !strings.Contains(err.Error(), "Unauthenticated") || !strings.Contains(err.Error(), "agent authentication failed") {
@@ -388,9 +414,11 @@ func TestAgentTokenAuthentication(t *testing.T) {
 	if s.AgentCount() != 0 {
 		t.Fatal("unauthenticated agent accepted")
 	}
-	netproxytest.StartAgent(t, agent.Options{ServerAddress: s.AgentAddr().String(), AgentID: "good",
-		ServiceAccountTokenPath: write("good", "good-token")})
+	good := startAgent(agent.Options{AgentID: "good", ServiceAccountTokenPath: write("good", "good-token")})
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "authenticated agent connected")
+	if link {
+		assertLink(t, s, good)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := dialUDS(ctx, uds, echo)

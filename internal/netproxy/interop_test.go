@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	anpagent "sigs.k8s.io/apiserver-network-proxy/pkg/agent"
@@ -56,15 +57,7 @@ func TestInteropUpstreamAgent(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	uds := filepath.Join(t.TempDir(), "proxy.sock")
 	s := netproxytest.StartServer(t, server.Options{UDSName: uds})
-	stop := make(chan struct{})
-	cfg := &anpagent.ClientSetConfig{Address: s.AgentAddr().String(), AgentID: "upstream-agent",
-		SyncInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, SyncIntervalCap: time.Second,
-		DialOptions:    []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-		XfrChannelSize: 150, ServerCountSource: "default"}
-	cs := cfg.NewAgentClientSet(make(chan struct{}), stop)
-	cs.SetServerCounter(anpagent.NewAggregateServerCounter(nil, anpagent.NewResponseBasedCounter(cs), "default"))
-	cs.Serve()
-	t.Cleanup(func() { close(stop) })
+	startUpstreamAgent(t, s.AgentAddr().String(), insecure.NewCredentials())
 	netproxytest.Eventually(t, 10*time.Second, s.Ready, "upstream agent connected")
 	// An upstream agent never asks for streams-v1; the server must not
 	// have assumed it.
@@ -76,26 +69,8 @@ func TestInteropUpstreamAgent(t *testing.T) {
 
 func TestInteropUpstreamServer(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
-	strategies, _ := proxystrategies.ParseProxyStrategies("default")
-	ps := anpserver.NewProxyServer("upstream-server", strategies, 1, &anpserver.AgentTokenAuthenticationOptions{}, 10)
-
-	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uds := filepath.Join(t.TempDir(), "proxy.sock")
-	feLn, err := net.Listen("unix", uds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentSrv, feSrv := grpc.NewServer(), grpc.NewServer()
-	agentpb.RegisterAgentServiceServer(agentSrv, ps)
-	client.RegisterProxyServiceServer(feSrv, ps)
-	go func() { _ = agentSrv.Serve(agentLn) }()
-	go func() { _ = feSrv.Serve(feLn) }()
-	t.Cleanup(func() { feSrv.Stop(); agentSrv.Stop() })
-
-	a, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: agentLn.Addr().String(), AgentID: "portside-agent"})
+	agentAddr, uds := startUpstreamServer(t)
+	a, _ := netproxytest.StartAgent(t, agent.Options{ServerAddress: agentAddr, AgentID: "portside-agent"})
 	netproxytest.Eventually(t, 10*time.Second, func() bool { return len(a.ServerIDs()) == 1 }, "agent connected to the upstream server")
 	// An upstream server never answers the streams-v1 offer: the agent
 	// speaks upstream's protocol.
@@ -103,4 +78,44 @@ func TestInteropUpstreamServer(t *testing.T) {
 		t.Fatalf("agent on streams-v1 with %d of %d upstream servers, want 0 of 1", v1, held)
 	}
 	manyEchoes(t, uds, echo, 32, 256<<10)
+}
+
+// startUpstreamAgent runs upstream's agent (v0.34.0's package) against a
+// server's agent port.
+func startUpstreamAgent(t *testing.T, addr string, creds credentials.TransportCredentials) {
+	t.Helper()
+	stop := make(chan struct{})
+	cfg := &anpagent.ClientSetConfig{Address: addr, AgentID: "upstream-agent",
+		SyncInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, SyncIntervalCap: time.Second,
+		DialOptions:    []grpc.DialOption{grpc.WithTransportCredentials(creds)},
+		XfrChannelSize: 150, ServerCountSource: "default"}
+	cs := cfg.NewAgentClientSet(make(chan struct{}), stop)
+	cs.SetServerCounter(anpagent.NewAggregateServerCounter(nil, anpagent.NewResponseBasedCounter(cs), "default"))
+	cs.Serve()
+	t.Cleanup(func() { close(stop) })
+}
+
+// startUpstreamServer runs upstream's server (v0.34.0's package): its
+// agent port (with agentOpts, e.g. TLS credentials) and its frontend on a
+// unix socket.
+func startUpstreamServer(t *testing.T, agentOpts ...grpc.ServerOption) (agentAddr, uds string) {
+	t.Helper()
+	strategies, _ := proxystrategies.ParseProxyStrategies("default")
+	ps := anpserver.NewProxyServer("upstream-server", strategies, 1, &anpserver.AgentTokenAuthenticationOptions{}, 10)
+	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uds = filepath.Join(t.TempDir(), "proxy.sock")
+	feLn, err := net.Listen("unix", uds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentSrv, feSrv := grpc.NewServer(agentOpts...), grpc.NewServer()
+	agentpb.RegisterAgentServiceServer(agentSrv, ps)
+	client.RegisterProxyServiceServer(feSrv, ps)
+	go func() { _ = agentSrv.Serve(agentLn) }()
+	go func() { _ = feSrv.Serve(feLn) }()
+	t.Cleanup(func() { feSrv.Stop(); agentSrv.Stop() })
+	return agentLn.Addr().String(), uds
 }

@@ -363,11 +363,12 @@ func httpGet(url string) (string, int, error) {
 }
 
 // assertProtocol waits until a Portside server has its one agent on the
-// protocol the combination is named after: Portside's streams-v1 with a
-// Portside agent, upstream's with upstream's. Both carry bytes correctly,
-// so a Portside pair that fell back to upstream's protocol would otherwise
-// pass unnoticed. (Upstream's server has no such metric, and speaks only
-// upstream's protocol.)
+// protocol the combination is named after: portside-link/2 (chosen by
+// ALPN on the mTLS agent port) with a Portside agent, upstream's gRPC
+// protocol with upstream's. All carry bytes correctly, so a Portside pair
+// that fell back to another protocol would otherwise pass unnoticed.
+// (Upstream's server has no such metric, and speaks only upstream's
+// protocol.)
 func assertProtocol(t *testing.T, combo proxyCombo, server *proxyProc) {
 	t.Helper()
 	if combo.server != kindPortside {
@@ -377,7 +378,8 @@ func assertProtocol(t *testing.T, combo proxyCombo, server *proxyProc) {
 	if combo.agent == kindPortside {
 		want = 1
 	}
-	waitMetric(t, server, "konnectivity_network_proxy_server_portside_streams_v1_backends", want, 10*time.Second)
+	waitMetric(t, server, "konnectivity_network_proxy_server_portside_link_backends", want, 10*time.Second)
+	waitMetric(t, server, "konnectivity_network_proxy_server_portside_streams_v1_backends", 0, 10*time.Second)
 }
 
 // metricValue sums the samples of a metric (all label sets) in Prometheus
