@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/portside-io/portside/internal/netproxy"
@@ -149,8 +151,11 @@ func (s *session) serveLink() {
 	for {
 		r, err := s.ln.Accept(s.ctx)
 		if err != nil {
-			if s.ctx.Err() == nil && !errors.Is(err, link.ErrSessionClosed) {
-				s.a.m.recvFailed(err)
+			if s.ctx.Err() == nil {
+				// Not closed here: the server went away (or broke the
+				// link), counted as upstream's agent counts a server
+				// stream that fails (Unavailable, from_server).
+				s.a.m.recvFailed(status.Errorf(codes.Unavailable, "server link ended: %v", err))
 				s.logger.Info("Server link ended", "err", err)
 			}
 			return
