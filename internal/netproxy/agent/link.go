@@ -197,12 +197,13 @@ func (s *session) linkDial(r *link.Request) {
 	s.a.m.openEndpointConns.Inc()
 	defer s.a.m.openEndpointConns.Dec()
 	toDest := make(chan struct{})
+	cc := countedConn{nc, s.a.m}
 	go func() {
 		defer close(toDest)
-		_, _ = st.WriteTo(nc)
+		_, _ = st.WriteTo(cc)
 		_ = nc.Close() // the server closed, or the destination broke
 	}()
-	_, _ = st.ReadFrom(nc)
+	_, _ = st.ReadFrom(cc)
 	_ = st.Close()
 	_ = nc.Close()
 	<-toDest
@@ -229,4 +230,27 @@ func (s *session) probeLink() {
 			return
 		}
 	}
+}
+
+// countedConn counts the link's data as upstream's agent counts DATA
+// packets (stream_packets_total, to_agent and from_agent), a write to the
+// destination or a read from it standing for one packet: the link has no
+// packets, and without this a connection reused for many requests (as
+// kube-apiserver reuses its connections to a kubelet) would look idle.
+type countedConn struct {
+	net.Conn
+	m *metrics
+}
+
+func (c countedConn) Write(p []byte) (int, error) {
+	c.m.packet(client.PacketType_DATA)
+	return c.Conn.Write(p)
+}
+
+func (c countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.m.sent(client.PacketType_DATA)
+	}
+	return n, err
 }
