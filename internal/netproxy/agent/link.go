@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +33,11 @@ var errNotLink = errors.New("server did not choose " + link.ALPN)
 func (a *Agent) offerLink() bool {
 	if a.opts.TLS == nil || a.opts.DisableLink {
 		return false // ALPN needs TLS
+	}
+	if viaProxy(a.opts.ServerAddress) {
+		// gRPC reaches the server through HTTPS_PROXY; the link dials
+		// directly, which such a network may not allow.
+		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -56,7 +64,12 @@ func (a *Agent) Links() int {
 func (a *Agent) connectLink(ctx context.Context) error {
 	var cert certRecord
 	cfg := cert.wrap(a.opts.TLS)
-	cfg.NextProtos = []string{link.ALPN, "h2"}
+	// The link first, then what gRPC would offer: --alpn-proto's
+	// protocols (a front end may route by them) and h2.
+	cfg.NextProtos = append([]string{link.ALPN}, a.opts.TLS.NextProtos...)
+	if !slices.Contains(cfg.NextProtos, "h2") {
+		cfg.NextProtos = append(cfg.NextProtos, "h2")
+	}
 	if cfg.ServerName == "" {
 		// As gRPC's TLS credentials: the server name is the address's host.
 		host, _, err := net.SplitHostPort(a.opts.ServerAddress)
@@ -221,7 +234,9 @@ func (s *session) probeLink() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, max(s.a.opts.ProbeInterval, 10*time.Second))
+		// Generous: the pong queues behind the data already written, a
+		// few MiB on a slow path.
+		ctx, cancel := context.WithTimeout(s.ctx, max(s.a.opts.ProbeInterval, time.Minute))
 		err := s.ln.Ping(ctx)
 		cancel()
 		if err != nil && s.ctx.Err() == nil {
@@ -253,4 +268,12 @@ func (c countedConn) Read(p []byte) (int, error) {
 		c.m.sent(client.PacketType_DATA)
 	}
 	return n, err
+}
+
+// viaProxy says whether the environment's proxy settings (HTTPS_PROXY,
+// NO_PROXY) send a connection to addr through a proxy, as grpc-go's
+// default dialer does for the gRPC link.
+func viaProxy(addr string) bool {
+	u, err := http.ProxyFromEnvironment(&http.Request{URL: &url.URL{Scheme: "https", Host: addr}})
+	return err == nil && u != nil
 }

@@ -55,9 +55,10 @@ func (s *Session) Dial(ctx context.Context, network, address string) (*Stream, e
 	if !s.dialing {
 		return nil, errors.New("portside-link: only the dialing side dials")
 	}
-	if s.peerAway.Load() {
-		return nil, errors.New("portside-link: the agent is draining")
-	}
+	// A peer that went away still takes dials: the server chooses a
+	// draining agent only when no other may serve the address (a rolling
+	// update of a node's one agent), and the agent serves them, as a
+	// draining gRPC agent does.
 	payload, err := dialPayload(s.window, network, address)
 	if err != nil {
 		return nil, err

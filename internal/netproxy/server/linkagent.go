@@ -133,7 +133,8 @@ func (s *Server) pingLink(ls *link.Session, every time.Duration, logger logr.Log
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(every, 20*time.Second))
+		// gRPC's keepalive timeout: a dead agent is not chosen for long.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		err := ls.Ping(ctx)
 		cancel()
 		if err != nil {
