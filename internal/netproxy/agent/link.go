@@ -64,12 +64,7 @@ func (a *Agent) Links() int {
 func (a *Agent) connectLink(ctx context.Context) error {
 	var cert certRecord
 	cfg := cert.wrap(a.opts.TLS)
-	// The link first, then what gRPC would offer: --alpn-proto's
-	// protocols (a front end may route by them) and h2.
-	cfg.NextProtos = append([]string{link.ALPN}, a.opts.TLS.NextProtos...)
-	if !slices.Contains(cfg.NextProtos, "h2") {
-		cfg.NextProtos = append(cfg.NextProtos, "h2")
-	}
+	cfg.NextProtos = linkOffer(a.opts.TLS.NextProtos)
 	if cfg.ServerName == "" {
 		// As gRPC's TLS credentials: the server name is the address's host.
 		host, _, err := net.SplitHostPort(a.opts.ServerAddress)
@@ -276,4 +271,15 @@ func (c countedConn) Read(p []byte) (int, error) {
 func viaProxy(addr string) bool {
 	u, err := http.ProxyFromEnvironment(&http.Request{URL: &url.URL{Scheme: "https", Host: addr}})
 	return err == nil && u != nil
+}
+
+// linkOffer is the agent's ALPN offer with the link: the link first, then
+// what gRPC would offer, --alpn-proto's protocols (a front end may route
+// by them) and h2.
+func linkOffer(alpn []string) []string {
+	offer := append([]string{link.ALPN}, alpn...)
+	if !slices.Contains(offer, "h2") {
+		offer = append(offer, "h2")
+	}
+	return offer
 }
