@@ -133,7 +133,7 @@ func (a *Agent) connectLink(ctx context.Context) error {
 	}
 	s.logger.Info("Connected to proxy server", "serverCount", welcome.ServerCount, "link", link.ALPN)
 	go s.serveLink()
-	go s.probeLink()
+	go s.probe()
 	return nil
 }
 
@@ -218,28 +218,12 @@ func (s *session) linkDial(r *link.Request) {
 	s.a.m.sent(client.PacketType_CLOSE_RSP)
 }
 
-// probeLink drops the session when the server stops answering pings,
-// like the gRPC session's --probe-interval check of its connection.
-func (s *session) probeLink() {
-	t := time.NewTicker(s.a.opts.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		// Generous: the pong queues behind the data already written, a
-		// few MiB on a slow path.
-		ctx, cancel := context.WithTimeout(s.ctx, max(s.a.opts.ProbeInterval, time.Minute))
-		err := s.ln.Ping(ctx)
-		cancel()
-		if err != nil && s.ctx.Err() == nil {
-			s.logger.Info("Server link unhealthy", "err", err)
-			s.cancel()
-			return
-		}
-	}
+// pingLink is the link's probe: the server answers pings. Generous: the
+// pong queues behind the data already written, a few MiB on a slow path.
+func (s *session) pingLink() error {
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.a.opts.ProbeInterval, time.Minute))
+	defer cancel()
+	return s.ln.Ping(ctx)
 }
 
 // countedConn counts the link's data as upstream's agent counts DATA

@@ -242,7 +242,8 @@ func (s *session) sendDrain() {
 func (s *session) close() { s.cancel() }
 
 // probe drops the session when its transport is no longer usable, like
-// upstream's --probe-interval.
+// upstream's --probe-interval: gRPC's connection state, or on
+// portside-link/2 a ping the server answers.
 func (s *session) probe() {
 	t := time.NewTicker(s.a.opts.ProbeInterval)
 	defer t.Stop()
@@ -251,11 +252,17 @@ func (s *session) probe() {
 		case <-s.done:
 			return
 		case <-t.C:
-			if st := s.cc.GetState(); st == connectivity.TransientFailure || st == connectivity.Shutdown {
-				s.logger.Info("Server connection unhealthy", "state", st.String())
-				s.cancel()
-				return
-			}
+		}
+		var err error
+		if s.ln != nil {
+			err = s.pingLink()
+		} else if st := s.cc.GetState(); st == connectivity.TransientFailure || st == connectivity.Shutdown {
+			err = fmt.Errorf("connection state %s", st)
+		}
+		if err != nil && s.ctx.Err() == nil {
+			s.logger.Info("Server connection unhealthy", "err", err)
+			s.cancel()
+			return
 		}
 	}
 }
