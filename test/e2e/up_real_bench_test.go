@@ -3,24 +3,17 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
-	"github.com/portside-io/portside/internal/nginxtest"
 	"github.com/portside-io/portside/internal/nodeimages"
 )
 
@@ -55,7 +47,8 @@ func BenchmarkUpRealNodes(b *testing.B) {
 	vpctest.RequireRoot(b)
 	cfg := realBenchConfig{nodes: 3, pods: envCount("PORTSIDE_BENCH_REAL_PODS", 100),
 		requests: envCount("PORTSIDE_BENCH_REAL_REQUESTS", 2000), warm: true, nginx: true,
-		idle: time.Duration(envCount("PORTSIDE_BENCH_REAL_IDLE_SECONDS", 30)) * time.Second}
+		bulkBytes: int64(envCount("PORTSIDE_BENCH_REAL_BULK_MB", 64)) << 20,
+		idle:      time.Duration(envCount("PORTSIDE_BENCH_REAL_IDLE_SECONDS", 30)) * time.Second}
 	for range b.N {
 		r := runRealBench(b, cfg)
 		b.ReportMetric(r.coldUp.Seconds(), "s-up-cold")
@@ -78,8 +71,10 @@ func BenchmarkUpRealNodes(b *testing.B) {
 			b.ReportMetric(us(p50), p.name+"-rt-p50-us")
 			b.ReportMetric(us(p99), p.name+"-rt-p99-us")
 			b.ReportMetric(p.connsPerSec, p.name+"-conns/s")
-			b.Logf("%-9s round trip p50 %6.0f µs (%.2f× direct) p99 %6.0f µs; new connections %6.0f/s (%.2f× direct)",
-				p.name, us(p50), us(p50)/us(percentile(direct.roundTrips, 0.5)), us(p99), p.connsPerSec, p.connsPerSec/direct.connsPerSec)
+			b.ReportMetric(p.mbPerSec, p.name+"-MB/s")
+			b.Logf("%-9s round trip p50 %6.0f µs (+%.0f µs over direct) p99 %6.0f µs; new connections %6.0f/s (%.2f× direct); throughput %6.0f MB/s (%.2f× direct)",
+				p.name, us(p50), us(p50)-us(percentile(direct.roundTrips, 0.5)), us(p99), p.connsPerSec, p.connsPerSec/direct.connsPerSec,
+				p.mbPerSec, p.mbPerSec/direct.mbPerSec)
 		}
 	}
 }
@@ -90,7 +85,7 @@ func BenchmarkUpRealNodes(b *testing.B) {
 // harness checks each response). No timing is checked.
 func TestUpRealNodesBenchSmoke(t *testing.T) {
 	vpctest.RequireRoot(t)
-	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20, idle: 2 * time.Second})
+	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20, bulkBytes: 1 << 20, idle: 2 * time.Second})
 	if len(r.footprints) != 1 {
 		t.Errorf("%d node footprints, want 1", len(r.footprints))
 	}
@@ -106,17 +101,19 @@ func TestUpRealNodesBenchSmoke(t *testing.T) {
 	var names []string
 	for _, p := range r.paths {
 		names = append(names, p.name)
-		if len(p.roundTrips) != 20 || p.connsPerSec <= 0 {
-			t.Errorf("path %s: %d round trips, %.0f connections/s; want 20 and a rate", p.name, len(p.roundTrips), p.connsPerSec)
+		if len(p.roundTrips) != 20 || p.connsPerSec <= 0 || p.mbPerSec <= 0 {
+			t.Errorf("path %s: %d round trips, %.0f connections/s, %.0f MB/s; want 20 and rates", p.name, len(p.roundTrips), p.connsPerSec, p.mbPerSec)
 		}
 	}
-	if want := []string{"direct", "nodeport", "vip"}; !slices.Equal(names, want) {
+	if want := []string{"direct", "nodeport", "vip", "routed"}; !slices.Equal(names, want) {
 		t.Errorf("paths %v, want %v", names, want)
 	}
 }
 
 type realBenchConfig struct {
 	nodes, pods, requests int
+	// bulkBytes is read per path per round for throughput.
+	bulkBytes int64
 	// warm stops the first up and measures a second start on the same
 	// data directory; nginx adds it as a contender (installing it).
 	warm, nginx bool
@@ -135,6 +132,8 @@ type pathResult struct {
 	name        string
 	roundTrips  []time.Duration
 	connsPerSec float64
+	// mbPerSec is one connection's download rate (a mean over rounds).
+	mbPerSec float64
 }
 
 func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
@@ -265,143 +264,6 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// dataPlanePaths serves agnhost's netexec from one pod per node behind a
-// LoadBalancer Service and measures every path to it, interleaved: rounds
-// of a tenth of the requests per path in turn, so a slow moment of the
-// machine falls on all of them alike.
-func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchConfig) []pathResult {
-	ctx := context.Background()
-	labels := map[string]string{"bench": "echo"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo"},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(cfg.nodes)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: nodeimages.AgnhostImage,
-					Args:           []string{"netexec", "--http-port=8080"},
-					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}}}}}}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo"},
-		Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer,
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}
-	if _, err := client.AppsV1().Deployments("bench").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := client.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	var vip, nodePort, podAddr, nodeAddr string
-	var podNames []string
-	waitUntil(tb, 3*time.Minute, "the echo pods ready and the Service's VIP", func() bool {
-		s, err := client.CoreV1().Services("bench").Get(ctx, "echo", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false
-		}
-		pods, err := client.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "bench=echo"})
-		if err != nil || len(pods.Items) != cfg.nodes {
-			return false
-		}
-		podNames = podNames[:0]
-		for _, p := range pods.Items {
-			if !podReady(&p) {
-				return false
-			}
-			podNames = append(podNames, p.Name)
-		}
-		node, err := client.CoreV1().Nodes().Get(ctx, pods.Items[0].Spec.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				nodeAddr = a.Address
-			}
-		}
-		vip = net.JoinHostPort(s.Status.LoadBalancer.Ingress[0].IP, "80")
-		nodePort = net.JoinHostPort(nodeAddr, strconv.Itoa(int(s.Spec.Ports[0].NodePort)))
-		podAddr = net.JoinHostPort(pods.Items[0].Status.PodIP, "8080")
-		return nodeAddr != ""
-	})
-	paths := []pathResult{{name: "direct"}, {name: "nodeport"}, {name: "vip"}}
-	addrs := []string{podAddr, nodePort, vip}
-	if cfg.nginx {
-		if nb := nginxtest.Find(true); nb.Missing != "" {
-			tb.Logf("without nginx: %s", nb.Missing)
-		} else {
-			listen := freeLoopback(tb)
-			if err := nginxtest.Start(tb, nb, listen, nodePort); err != nil {
-				tb.Logf("without nginx: %v", err)
-			} else {
-				paths, addrs = append(paths, pathResult{name: "nginx"}), append(addrs, listen)
-			}
-		}
-	}
-	// The VIP answers once the data plane has a healthy backend: wait for
-	// every path to answer before measuring.
-	for _, a := range addrs {
-		waitUntil(tb, 2*time.Minute, "an answer from "+a, func() bool {
-			_, err := hostnameFrom(http.DefaultClient, a, podNames)
-			return err == nil
-		})
-	}
-	keep := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	rounds := min(10, cfg.requests)
-	per := cfg.requests / rounds
-	for round := 0; round < rounds; round++ {
-		for i, a := range addrs {
-			for range per {
-				began := time.Now()
-				if _, err := hostnameFrom(keep, a, podNames); err != nil {
-					tb.Fatalf("%s (%s): %v", paths[i].name, a, err)
-				}
-				paths[i].roundTrips = append(paths[i].roundTrips, time.Since(began))
-			}
-			began := time.Now()
-			for range per {
-				if _, err := hostnameFrom(fresh, a, podNames); err != nil {
-					tb.Fatalf("%s (%s), new connection: %v", paths[i].name, a, err)
-				}
-			}
-			// A running mean over the rounds: conns/s of this round folded in.
-			rate := float64(per) / time.Since(began).Seconds()
-			paths[i].connsPerSec += (rate - paths[i].connsPerSec) / float64(round+1)
-		}
-	}
-	for i := range paths {
-		slices.Sort(paths[i].roundTrips)
-	}
-	return paths
-}
-
-// hostnameFrom asks netexec at addr for its hostname, which must be one of
-// the echo pods' names: a path answered by anything else is not measured.
-func hostnameFrom(c *http.Client, addr string, pods []string) (string, error) {
-	resp, err := c.Get("http://" + addr + "/hostname")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	name := strings.TrimSpace(string(b))
-	if resp.StatusCode != http.StatusOK || !slices.Contains(pods, name) {
-		return "", fmt.Errorf("%s: %s %q, want 200 and one of %v", addr, resp.Status, name, pods)
-	}
-	return name, nil
-}
-
-// freeLoopback is a loopback address with a port that was free a moment
-// ago (bound, then closed), away from 127.0.0.1 where other tests pick.
-func freeLoopback(tb testing.TB) string {
-	ip := netip.AddrFrom4([4]byte{127, 90, byte(os.Getpid() >> 8), byte(os.Getpid())})
-	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func percentile(d []time.Duration, q float64) time.Duration {
