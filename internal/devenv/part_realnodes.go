@@ -258,9 +258,14 @@ func startRealNodes(n, wantZones int) func(context.Context, *stack, *environment
 		if err != nil {
 			return err
 		}
-		imgs, err := nodeimages.Build(binDir)
+		imgs, cached, err := nodeimages.Cached(binDir)
 		if err != nil {
 			return err
+		}
+		how := "built from source"
+		if cached {
+			// The same inputs as the last build: its output, not rebuilt.
+			how = "built from source (the same as last time: kept in " + nodeimages.CacheDir(binDir) + ")"
 		}
 		pushed, err := nodeimages.PushServed(ctx, env.cloudClient, imgs)
 		if err != nil {
@@ -270,7 +275,7 @@ func startRealNodes(n, wantZones int) func(context.Context, *stack, *environment
 		for i, p := range pushed {
 			names[i] = p.Name
 		}
-		s.p.step("nodes", "images built from source and pushed to the cloud's registry: %s", strings.Join(names, ", "))
+		s.p.step("nodes", "images %s, pushed to the cloud's registry: %s", how, strings.Join(names, ", "))
 		userData, err := realUserData(ctx, env, bins)
 		if err != nil {
 			return err

@@ -19,6 +19,9 @@ import (
 const (
 	containerdImageName = "io.containerd.image.name"
 	ociRefName          = "org.opencontainers.image.ref.name"
+	// portsideImageName is Image.Name as given (containerd's is the
+	// reference normalised), for Cached to read back.
+	portsideImageName = "io.portside.node-image.name"
 )
 
 // WriteOCILayout writes images into a new OCI image layout at dir (which
@@ -36,7 +39,7 @@ func WriteOCILayout(dir string, images []Image) error {
 			return err
 		}
 		if err := p.AppendImage(img.Image, layout.WithAnnotations(map[string]string{
-			containerdImageName: ref.Name(), ociRefName: ref.TagStr(),
+			containerdImageName: ref.Name(), ociRefName: ref.TagStr(), portsideImageName: img.Name,
 		})); err != nil {
 			return fmt.Errorf("OCI layout %s: %s: %w", dir, img.Name, err)
 		}

@@ -158,7 +158,7 @@ func pushOwnImage(t *testing.T, image, owner string, auth authn.Authenticator) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	imgs, err := nodeimages.Build(binDir)
+	imgs, _, err := nodeimages.Cached(binDir)
 	if err != nil {
 		t.Fatal(err)
 	}

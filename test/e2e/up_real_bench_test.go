@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -53,8 +54,12 @@ func BenchmarkUpRealNodes(b *testing.B) {
 		r := runRealBench(b, cfg)
 		b.ReportMetric(r.coldUp.Seconds(), "s-up-cold")
 		b.ReportMetric(r.warmUp.Seconds(), "s-up-warm")
+		b.ReportMetric(r.coldDemo.Seconds(), "s-demo-answered-cold")
+		b.ReportMetric(r.warmDemo.Seconds(), "s-demo-answered-warm")
 		b.ReportMetric(ms(percentile(r.podStart, 0.50)), "ms-pod-start-p50")
 		b.ReportMetric(ms(percentile(r.podStart, 0.99)), "ms-pod-start-p99")
+		b.ReportMetric(percentile(r.podStartServer, 0.50).Seconds(), "s-pod-start-timestamps-p50")
+		b.ReportMetric(percentile(r.podStartServer, 0.99).Seconds(), "s-pod-start-timestamps-p99")
 		var worstRSS, worstCPU float64
 		for _, f := range r.footprints {
 			worstRSS, worstCPU = max(worstRSS, float64(f.agentsRSS)/1e6), max(worstCPU, 100*f.agentsCPU)
@@ -63,8 +68,8 @@ func BenchmarkUpRealNodes(b *testing.B) {
 		}
 		b.ReportMetric(worstRSS, "MB-node-agents-rss-max")
 		b.ReportMetric(worstCPU, "%core-node-agents-idle-max")
-		b.Logf("up with %d real nodes: cold %.1fs, warm %.1fs; %d pods started: p50 %.0f ms, p99 %.0f ms",
-			cfg.nodes, r.coldUp.Seconds(), r.warmUp.Seconds(), cfg.pods, ms(percentile(r.podStart, 0.5)), ms(percentile(r.podStart, 0.99)))
+		b.Logf("up with %d real nodes: demo answered cold %.1fs, warm %.1fs; ready (after the demo's scaling) cold %.1fs, warm %.1fs; %d pods started: p50 %.0f ms, p99 %.0f ms",
+			cfg.nodes, r.coldDemo.Seconds(), r.warmDemo.Seconds(), r.coldUp.Seconds(), r.warmUp.Seconds(), cfg.pods, ms(percentile(r.podStart, 0.5)), ms(percentile(r.podStart, 0.99)))
 		direct := r.paths[0]
 		for _, p := range r.paths {
 			p50, p99 := percentile(p.roundTrips, 0.50), percentile(p.roundTrips, 0.99)
@@ -86,6 +91,9 @@ func BenchmarkUpRealNodes(b *testing.B) {
 func TestUpRealNodesBenchSmoke(t *testing.T) {
 	vpctest.RequireRoot(t)
 	r := runRealBench(t, realBenchConfig{nodes: 1, pods: 5, requests: 20, bulkBytes: 1 << 20, idle: 2 * time.Second})
+	if r.coldDemo <= 0 || r.coldDemo > r.coldUp {
+		t.Errorf("demo answered %v after up's start, ready at %v: want an answer before ready", r.coldDemo, r.coldUp)
+	}
 	if len(r.footprints) != 1 {
 		t.Errorf("%d node footprints, want 1", len(r.footprints))
 	}
@@ -95,8 +103,13 @@ func TestUpRealNodesBenchSmoke(t *testing.T) {
 			t.Errorf("node %s: agents %v (RSS %d of %d, CPU %.3f): want kubelet, containerd and kube-proxy measured", f.machine, f.agents, f.agentsRSS, f.allRSS, f.agentsCPU)
 		}
 	}
-	if len(r.podStart) != 5 {
-		t.Errorf("%d pod start latencies, want 5", len(r.podStart))
+	if len(r.podStart) != 5 || len(r.podStartServer) != 5 {
+		t.Errorf("%d and %d pod start latencies, want 5", len(r.podStart), len(r.podStartServer))
+	}
+	for _, d := range r.podStartServer {
+		if d < 0 || d > 10*time.Minute {
+			t.Errorf("pod start by the pods' timestamps %v, want within the 10 minutes waited", d)
+		}
 	}
 	var names []string
 	for _, p := range r.paths {
@@ -122,10 +135,16 @@ type realBenchConfig struct {
 }
 
 type realBenchResult struct {
-	coldUp, warmUp time.Duration
-	podStart       []time.Duration
-	paths          []pathResult
-	footprints     []nodeFootprint
+	// coldUp and warmUp are to up's ready line; coldDemo and warmDemo to
+	// the demo's first answer through the VIP (the same run's, by up's
+	// own clock).
+	coldUp, warmUp, coldDemo, warmDemo time.Duration
+	// podStart is create call → Ready seen by a watch; podStartServer the
+	// same by the pods' own timestamps (creationTimestamp → the Ready
+	// condition's lastTransitionTime), whole seconds.
+	podStart, podStartServer []time.Duration
+	paths                    []pathResult
+	footprints               []nodeFootprint
 }
 
 type pathResult struct {
@@ -142,11 +161,15 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 	var r realBenchResult
 	start := func() (stop func()) {
 		began := time.Now()
-		up, _, done := startUp(tb, bin, root, "--node-mode=real", "--nodes", strconv.Itoa(cfg.nodes), "--data-dir", data)
+		up, out, done := startUp(tb, bin, root, "--node-mode=real", "--nodes", strconv.Itoa(cfg.nodes), "--data-dir", data)
+		answered, err := demoAnswered(out.String())
+		if err != nil {
+			tb.Fatal(err)
+		}
 		if r.coldUp == 0 {
-			r.coldUp = time.Since(began)
+			r.coldUp, r.coldDemo = time.Since(began), answered
 		} else {
-			r.warmUp = time.Since(began)
+			r.warmUp, r.warmDemo = time.Since(began), answered
 		}
 		return func() {
 			_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
@@ -186,7 +209,7 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 	if cfg.idle > 0 {
 		r.footprints = measureNodeFootprints(tb, data, cfg.idle)
 	}
-	r.podStart = podStartLatencies(tb, client, cfg.pods)
+	r.podStart, r.podStartServer = podStartLatencies(tb, client, cfg.pods)
 	r.paths = dataPlanePaths(tb, client, cfg)
 	return r
 }
@@ -194,7 +217,7 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 // podStartLatencies creates n pause pods at once and returns, per pod, the
 // time from its create call returning to its Ready seen by a watch; then
 // deletes them and waits until they are gone.
-func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time.Duration {
+func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) (watched, server []time.Duration) {
 	ctx := context.Background()
 	w, err := client.CoreV1().Pods("bench").Watch(ctx, metav1.ListOptions{LabelSelector: "bench=start"})
 	if err != nil {
@@ -220,6 +243,7 @@ func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time
 		}
 	}
 	ready := map[string]time.Time{}
+	var byServer []time.Duration
 	deadline := time.After(10 * time.Minute)
 	for len(ready) < n {
 		select {
@@ -233,6 +257,7 @@ func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time
 			}
 			if _, seen := ready[p.Name]; !seen && podReady(p) {
 				ready[p.Name] = time.Now()
+				byServer = append(byServer, readySince(p).Sub(p.CreationTimestamp.Time))
 			}
 		case <-deadline:
 			tb.Fatalf("%d of %d pods ready after 10 minutes", len(ready), n)
@@ -246,6 +271,7 @@ func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time
 	}
 	mu.Unlock()
 	slices.Sort(out)
+	slices.Sort(byServer)
 	if err := client.CoreV1().Pods("bench").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))},
 		metav1.ListOptions{LabelSelector: "bench=start"}); err != nil {
 		tb.Fatal(err)
@@ -254,7 +280,18 @@ func podStartLatencies(tb testing.TB, client kubernetes.Interface, n int) []time
 		l, err := client.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "bench=start"})
 		return err == nil && len(l.Items) == 0
 	})
-	return out
+	return out, byServer
+}
+
+// readySince is when a ready pod's Ready condition became true, by the
+// kubelet's clock as the apiserver keeps it (whole seconds).
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -264,6 +301,20 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// demoLine is up's progress line of the demo's first answer through its
+// VIP: "[  12.0s] demo           GET http://…".
+var demoLine = regexp.MustCompile(`(?m)^\[\s*([0-9.]+)s\] demo\s+GET http://`)
+
+// demoAnswered is when up's demo was first answered, by up's clock.
+func demoAnswered(out string) (time.Duration, error) {
+	m := demoLine.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no demo answer in up's output:\n%s", out)
+	}
+	secs, err := strconv.ParseFloat(m[1], 64)
+	return time.Duration(secs * float64(time.Second)), err
 }
 
 func percentile(d []time.Duration, q float64) time.Duration {
@@ -283,4 +334,23 @@ func envCount(name string, def int) int {
 		return n
 	}
 	return def
+}
+
+func TestDemoAnswered(t *testing.T) {
+	tests := []struct {
+		out  string
+		want time.Duration
+		ok   bool
+	}{
+		{"[   5.5s] nodes          3/3 initialized\n[  12.0s] demo           GET http://198.18.49.2:8080/hostname → 200 OK\n", 12 * time.Second, true},
+		{"[ 121.3s] demo           GET http://[fd00::1]:8080/hostname → 200 OK", 121300 * time.Millisecond, true},
+		{"[  12.0s] demo           the ccm gave it VIP 198.18.49.2\n", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := demoAnswered(tt.out)
+		if (err == nil) != tt.ok || (tt.ok && (got-tt.want).Abs() > time.Millisecond) {
+			t.Errorf("demoAnswered(%q) = %v, %v; want %v (ok %v)", tt.out, got, err, tt.want, tt.ok)
+		}
+	}
 }

@@ -61,7 +61,7 @@ func TestUpRealNodes(t *testing.T) {
 		t.Fatalf("portside up: %v", err)
 	}
 	for _, want := range []string{
-		"images built from source and pushed to the cloud's registry: registry.k8s.io/pause:",
+		"pushed to the cloud's registry: registry.k8s.io/pause:",
 		"2 real machines booting in the cloud's VPC",
 		"2 kubelets TLS-bootstrapped and registered",
 		"2/2 initialized by the ccm",

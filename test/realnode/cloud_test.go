@@ -65,7 +65,7 @@ func TestCloudMachines(t *testing.T) {
 	portside := testbin.Portside(t)
 	cloud := startCloudProcess(t, portside, args, cloudDir)
 	cc := cloudClient(t, cloudDir)
-	imgs, err := nodeimages.Build(must(tools.BinDir()))
+	imgs, _, err := nodeimages.Cached(must(tools.BinDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

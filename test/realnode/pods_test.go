@@ -145,7 +145,7 @@ func (c *cluster) importImages(t *testing.T, n *node) {
 	}
 	archive := filepath.Join(c.dir, "images.tar")
 	if _, err := exec.Command("test", "-f", archive).CombinedOutput(); err != nil {
-		imgs, err := nodeimages.Build(dir)
+		imgs, _, err := nodeimages.Cached(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
