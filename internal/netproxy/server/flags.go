@@ -167,6 +167,10 @@ func (f *Flags) Options(fs *pflag.FlagSet, logger logr.Logger) (Options, error) 
 			if o.FrontendTLS, err = tlsutil.Server(f.ServerCert, f.ServerKey, f.ServerCACert, f.CipherSuites, f.TLSMinVersion); err != nil {
 				return Options{}, err
 			}
+			// kube-apiserver's HTTP-CONNECT egress handshakes once per
+			// dial with the same client certificate: its chain's verdict
+			// is kept (the frontend reads no identity from the chain).
+			tlsutil.CacheClientVerification(o.FrontendTLS)
 		} else {
 			logger.Info("Warning: no --server-cert: the TCP frontend is plaintext (--" + flagInsecureServerPort + ")")
 		}
