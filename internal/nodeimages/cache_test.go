@@ -126,3 +126,34 @@ func TestKeepRemovesStale(t *testing.T) {
 		}
 	}
 }
+
+// buildGolden are the digests Build makes of fakeBinDir's binaries and
+// fakeTools. Cached reads an old build back while the input files are
+// unchanged, so a change of what Build makes from the same files (a
+// layer's layout, a config) must come with a new cacheFormat.
+var buildGolden = map[string]string{
+	"registry.k8s.io/pause:3.10.2":                            "sha256:c36bd457336847834b4b76fd9e1450394f6ed94a20415ad8bd960b6fc0cd909d",
+	"registry.k8s.io/e2e-test-images/agnhost:2.66.1":          "sha256:ef2d9a8f00dfb1bea5a42e57e1e8dd686c54dc699539eb802b3215632e0bb363",
+	"registry.k8s.io/coredns/coredns:v1.14.6":                 "sha256:bb39e505e4725c2d2747e2032802ad9998305ba5c077c0e8a69ad9eef7338b86",
+	"registry.k8s.io/e2e-test-images/busybox:1.37.0-2":        "sha256:0aecec778d7345397b8f18c86a3ce593932a160d60699e35a5bc58d31c090949",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1": "sha256:f6d0eef021ee4f4af22507784520dc7213c3b07c26efb2e4671d5a9dc0029657",
+}
+
+func TestCacheFormatFollowsBuild(t *testing.T) {
+	imgs, err := buildFake(t, fakeBinDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range imgs {
+		d, err := img.Image.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, ok := buildGolden[img.Name]; !ok || want != d.String() {
+			t.Errorf("%s: Build made %s, buildGolden has %q: what Build makes from the same inputs changed; bump cacheFormat in cache.go (or a cached older build is read back) and update buildGolden", img.Name, d, want)
+		}
+	}
+	if len(imgs) != len(buildGolden) {
+		t.Errorf("%d images built, buildGolden has %d", len(imgs), len(buildGolden))
+	}
+}
