@@ -1,7 +1,9 @@
 package vpc
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -183,10 +185,35 @@ func (nw *Network) routeVIPsSetup() error {
 		{"net.ipv4.conf.all.rp_filter", "0"},
 		{"net.ipv4.conf." + nw.n.bridge + ".rp_filter", "0"},
 		{"net.ipv4.fib_multipath_hash_policy", "1"},
+		// A flow the router rewrites to the machine it came from leaves by
+		// the bridge it came in on: no ICMP redirect for it (the machine
+		// would take the router's word and send the VIP's packets to
+		// itself).
+		{"net.ipv4.conf.all.send_redirects", "0"},
+		{"net.ipv4.conf." + nw.n.bridge + ".send_redirects", "0"},
 		{"net.ipv6.fib_multipath_hash_policy", "1"},
 	} {
 		if err := writeSysctlIn(path, kv[0], kv[1]); err != nil {
 			return fmt.Errorf("VPC router: %s=%s: %w", kv[0], kv[1], err)
+		}
+	}
+	return nw.noBridgeNetfilter()
+}
+
+// noBridgeNetfilter keeps the router's bridge a plain switch: where the
+// kernel has br_netfilter, frames between its ports go through the IP
+// hooks as well (net.bridge.bridge-nf-call-*, 1 by default, per
+// namespace), so a flow the kernel path rewrites to the machine it came
+// from is "bridged" back to that machine's own port and dropped. Without
+// it the router routes such a flow (forward.go). Written in the router's
+// namespace only (the host's stay as they are); absent without
+// br_netfilter, where there is nothing to switch off. Also run when the
+// kernel path starts, in case the module was loaded since.
+func (nw *Network) noBridgeNetfilter() error {
+	path := NetnsPath(nw.n.router)
+	for _, key := range []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables"} {
+		if err := writeSysctlIn(path, key, "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("VPC router: %s=0: %w", key, err)
 		}
 	}
 	return nil

@@ -69,6 +69,9 @@ type Network struct {
 	gw6, router6, host6 netip.Addr
 	// vipRules are the routed VIPs' rules in the router (vips.go).
 	vipRules map[netip.Addr][][]string
+	// forwarded are the VIPs with a chain in the router's kernel path
+	// (forward.go); nil until its table is made.
+	forwarded map[netip.Addr]bool
 }
 
 // Up makes the VPC. What an earlier run left (after a kill -9) is removed

@@ -81,11 +81,13 @@ func Pick() Ranges {
 // Config is a vpc.Config for r.
 func (r Ranges) Config(id, stateFile string) vpc.Config {
 	return vpc.Config{
-		ID:        id,
-		Subnet:    vpc.Range{Prefix: r.Subnet, Flag: "subnet"},
-		Uplink:    vpc.Range{Prefix: r.Uplink, Flag: "uplink"},
-		Routed:    []vpc.Range{{Prefix: r.VIPs, Flag: "vips"}, {Prefix: r.Pods, Flag: "pods"}},
-		Covered:   []vpc.Range{{Prefix: r.Block, Flag: "block"}, {Prefix: r.Pods, Flag: "pods"}},
+		ID:      id,
+		Subnet:  vpc.Range{Prefix: r.Subnet, Flag: "subnet"},
+		Uplink:  vpc.Range{Prefix: r.Uplink, Flag: "uplink"},
+		Routed:  []vpc.Range{{Prefix: r.VIPs, Flag: "vips"}, {Prefix: r.Pods, Flag: "pods"}},
+		Covered: []vpc.Range{{Prefix: r.Block, Flag: "block"}, {Prefix: r.Pods, Flag: "pods"}},
+		// The router owns the VIPs whole, as `up` has it do.
+		Local:     []vpc.Range{{Prefix: r.VIPs, Flag: "vips"}},
 		StateFile: stateFile,
 	}
 }
