@@ -88,6 +88,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 		vipPool, vipPool6, nodePool, node6 string
 		regions                            string
 		machines                           machineFlags
+		lbKernelPath                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -118,6 +119,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 			if opts.Machines, err = machines.options(opts.DataDir, opts.NodePoolV4, opts.NodePoolV6); err != nil {
 				return err
 			}
+			opts.NoLBKernelPath = !lbKernelPath
 			opts.Ready = func(endpoint string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "local cloud serving at %s (data in %s; token in %s)\nweb console: %s/console/ (log in with a token, or `portside cloud console` for a one-time link)\n",
 					endpoint, opts.DataDir, filepath.Join(opts.DataDir, server.TokenFile), endpoint)
@@ -127,6 +129,7 @@ func newCloudServeCommand(f *cloudFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	machines.add(fl)
+	fl.BoolVar(&lbKernelPath, "lb-kernel-path", true, "with --machines=real: the VPC router forwards proxied load balancers' new flows to the backends in the kernel (nftables address rewriting in the router's namespace, health checks and drain as the proxy's); false: the proxy serves every flow")
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:8780", "API address (port 0 picks a free port; see <data-dir>/endpoint)")
 	fl.StringVar(&opts.RegistryListen, "registry-listen", "127.0.0.1:0", `address of the served OCI registry (port 0 picks a free port; see <data-dir>/registry-endpoint); "" serves none`)
 	fl.StringSliceVar(&opts.RegistryPublicPrefixes, "registry-public-prefix", nil, `a public repository of the served registry, pulled without a credential (a name, or a prefix ending in "/"); repeatable`)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -97,6 +98,11 @@ func (be *backend) stopChecks() { be.stopOnce.Do(func() { close(be.stop) }) }
 func (b *balancer) drain(be *backend) {
 	be.stopChecks()
 	be.draining.Store(true)
+	// The router's flows to it too, unless it is a backend again by then
+	// (a changed health check drains and re-adds the same address).
+	b.endFlowsLater(slices.Clone(b.cfg.VIPs), FlowFilter{Backend: be.addr}, func() bool {
+		return b.closed || b.hasBackendAt(be.addr)
+	})
 	if be.activeConns.Load() == 0 {
 		return
 	}
@@ -229,4 +235,14 @@ func (b *balancer) probe(client *http.Client, be *backend) error {
 
 func sortBackends(bs []*backend) {
 	sort.Slice(bs, func(i, j int) bool { return bs[i].addr.Less(bs[j].addr) })
+}
+
+// hasBackendAt reports whether a current backend has addr (b.mu held).
+func (b *balancer) hasBackendAt(addr netip.Addr) bool {
+	for _, be := range b.backends {
+		if be.addr == addr {
+			return true
+		}
+	}
+	return false
 }

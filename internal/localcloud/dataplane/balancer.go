@@ -5,9 +5,11 @@ import (
 	"errors"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -42,6 +44,13 @@ type balancer struct {
 	// refusing: proxied, but no backend is ready, so its listeners are
 	// closed (syncListeners).
 	refusing bool
+	// forwards is what the router's kernel path was told per VIP
+	// (forwarded.go), forwardErr its last failure, retried after
+	// forwardRetry (one retry pending at a time).
+	forwards            map[netip.Addr]ForwardedVIP
+	forwardErr          error
+	forwardRetry        time.Duration
+	forwardRetryPending bool
 
 	// conns and flows count this load balancer's TCP connections and UDP
 	// flows; globalConns and globalFlows are the Plane's.
@@ -62,6 +71,7 @@ type proxyListener interface {
 func newBalancer(ctx context.Context, name string, opts Options, globalConns, globalFlows *limiter) *balancer {
 	b := &balancer{name: name, opts: opts, ctx: ctx, listeners: map[string]proxyListener{},
 		backends: map[string]*backend{}, draining: map[*backend]*backend{}, routes: map[netip.Addr]RoutedVIP{},
+		forwards:    map[netip.Addr]ForwardedVIP{},
 		globalConns: globalConns, globalFlows: globalFlows}
 	b.conns.max, b.flows.max = int64(opts.MaxConnsPerLoadBalancer), int64(opts.MaxUDPFlowsPerLoadBalancer)
 	b.ready.Store(&[]*backend{})
@@ -72,6 +82,13 @@ func newBalancer(ctx context.Context, name string, opts Options, globalConns, gl
 func (b *balancer) apply(cfg Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for _, f := range changedBackendPorts(b.cfg.Listeners, cfg.Listeners) {
+		b.endFlowsLater(slices.Clone(cfg.VIPs), f, func() bool {
+			return b.closed || slices.ContainsFunc(b.cfg.Listeners, func(l api.Listener) bool {
+				return l.Protocol == f.Protocol && l.Port == int(f.Port) && l.BackendPort == int(f.BackendPort)
+			})
+		})
+	}
 	b.cfg = cfg
 	b.isRouted = routed(cfg.Listeners)
 	ranges := append([]netip.Prefix(nil), cfg.SourceRanges...)
@@ -198,6 +215,7 @@ func (b *balancer) refreshReady() {
 	}
 	sortBackends(ready)
 	b.ready.Store(&ready)
+	_ = b.programForwards() // logged and retried there; the proxy serves meanwhile
 	if b.isRouted {
 		if err := b.programRoutes(); err != nil {
 			b.logger().Error(err, "Programming the routed VIPs failed")
@@ -288,6 +306,10 @@ func (b *balancer) close() {
 	}
 	empty := []*backend{}
 	b.ready.Store(&empty)
+	// The kernel path's flows end with the load balancer, as the proxy's
+	// connections above.
+	_ = b.programForwards()
+	b.endFlows(b.cfg.VIPs, FlowFilter{})
 	if len(b.routes) > 0 {
 		if err := b.programRoutes(); err != nil { // closed: deletes them all
 			b.logger().Error(err, "Removing the routed VIPs failed")

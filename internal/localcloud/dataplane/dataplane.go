@@ -56,6 +56,9 @@ type Options struct {
 	// Router, when set, serves load balancers without backend ports by
 	// routing their VIPs to the backends (routed.go).
 	Router VIPRouter
+	// Forwarder, when set, takes the proxied load balancers' flows onto
+	// the kernel path (forwarded.go); the listeners serve the rest.
+	Forwarder VIPForwarder
 
 	// poweredOff is the Plane's set of stopped instances' addresses.
 	poweredOff *addrSet
@@ -216,6 +219,7 @@ func (b *balancer) health() api.LoadBalancerHealth {
 	}
 	for _, pl := range b.listeners {
 		ls := pl.status()
+		b.forwardStatus(&ls)
 		h.Serving = h.Serving && ls.Serving
 		h.Listeners = append(h.Listeners, ls)
 	}

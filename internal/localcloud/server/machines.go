@@ -217,3 +217,21 @@ func (v vipRouter) SetRoutedVIP(r dataplane.RoutedVIP) error {
 }
 
 func (v vipRouter) DeleteRoutedVIP(vip netip.Addr) error { return v.nw.DeleteRoutedVIP(vip) }
+
+// vipForwarder is the data plane's kernel path for proxied load balancers
+// in the VPC router (dataplane.VIPForwarder on vpc.Network).
+type vipForwarder struct{ nw *vpc.Network }
+
+func (v vipForwarder) SetForwardedVIP(f dataplane.ForwardedVIP) error {
+	out := vpc.ForwardedVIP{VIP: f.VIP, Sources: f.Sources, Affinity: f.Affinity}
+	for _, p := range f.Ports {
+		out.Ports = append(out.Ports, vpc.ForwardedPort{Protocol: p.Protocol, Port: p.Port, Backends: p.Backends})
+	}
+	return v.nw.SetForwardedVIP(out)
+}
+
+func (v vipForwarder) DeleteForwardedVIP(vip netip.Addr) error { return v.nw.DeleteForwardedVIP(vip) }
+
+func (v vipForwarder) EndFlows(f dataplane.FlowFilter) (int, error) {
+	return v.nw.EndFlows(vpc.FlowFilter{VIP: f.VIP, Protocol: f.Protocol, Port: f.Port, Backend: f.Backend, BackendPort: f.BackendPort})
+}

@@ -62,6 +62,9 @@ type Options struct {
 	// Machines, when set, runs instances created with user data as real
 	// machines in the cloud's VPC (see package hypervisor).
 	Machines *hypervisor.Options
+	// NoLBKernelPath keeps every flow of the proxied load balancers in the
+	// data plane's proxy, off the VPC router's kernel path (with Machines).
+	NoLBKernelPath bool
 }
 
 // Defaults fills unset options.
@@ -146,6 +149,9 @@ func New(ctx context.Context, statePath string, opts Options) (*Server, error) {
 			return vpc.ListenPacketIn(router, network, addr)
 		}
 		opts.DataPlane.Router = vipRouter{hv.Network()}
+		if !opts.NoLBKernelPath {
+			opts.DataPlane.Forwarder = vipForwarder{hv.Network()}
+		}
 	}
 	s := &Server{opts: opts, store: st, plane: dataplane.New(ctx, opts.DataPlane), calls: map[string]int64{},
 		dir: filepath.Dir(statePath), logger: klog.FromContext(ctx), hv: hv}

@@ -188,6 +188,14 @@ type ListenerHealth struct {
 	// Rejected counts TCP connections closed and UDP datagrams dropped
 	// because a connection or flow cap was reached.
 	Rejected int64 `json:"rejected,omitempty"`
+	// Kernel is true when the VPC router forwards this listener's new
+	// flows to the backends itself (the kernel path: address rewriting in
+	// the router, no proxy); Active then counts only the connections the
+	// proxy still serves (clients the kernel path leaves to it).
+	Kernel bool `json:"kernel,omitempty"`
+	// KernelError is why the kernel path is not in use (the proxy serves
+	// meanwhile; retried with backoff).
+	KernelError string `json:"kernelError,omitempty"`
 }
 
 // LoadBalancerHealth is the health of a load balancer's backends.
