@@ -88,6 +88,7 @@ func TestUpRealNodes(t *testing.T) {
 	if !strings.Contains(upOut.String(), "1 kubelets TLS-bootstrapped and registered") {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
+	kernelPathServes(t, data)
 	throughTheProxy(t, data)
 	proxyServerNotAdmin(t, data)
 	powerCycle(t, data, "node-1")
