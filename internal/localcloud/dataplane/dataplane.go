@@ -126,6 +126,9 @@ type Config struct {
 	SourceRanges     []netip.Prefix
 	HealthCheck      *api.HealthCheck
 	ClientIPAffinity bool
+	// ProxyOnly keeps every flow in the proxy, off the kernel path
+	// (api.DataPathProxy).
+	ProxyOnly bool
 }
 
 // Plane runs the load balancers of one local cloud.

@@ -126,7 +126,7 @@ func (b *balancer) programForwards() error {
 		return nil
 	}
 	var want []ForwardedVIP
-	if !b.isRouted && !b.closed {
+	if !b.isRouted && !b.closed && !b.cfg.ProxyOnly {
 		var ready []netip.Addr
 		for _, be := range *b.ready.Load() {
 			ready = append(ready, be.addr)

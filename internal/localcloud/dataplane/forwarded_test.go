@@ -229,6 +229,25 @@ func TestKernelPathFollowsHealthAndDrains(t *testing.T) {
 		return len(h.Listeners) == 1 && h.Listeners[0].Kernel && h.Listeners[0].KernelError == ""
 	})
 
+	// The proxy alone (api.DataPathProxy): off the kernel path, and back.
+	cfg.ProxyOnly = true
+	if err := p.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.backends(vip); got != nil {
+		t.Errorf("proxy only: the router still forwards %v", got)
+	}
+	if h, _ := p.Health("lb"); len(h.Listeners) != 1 || h.Listeners[0].Kernel {
+		t.Errorf("proxy only: listener health %+v, want no Kernel", h.Listeners)
+	}
+	cfg.ProxyOnly = false
+	if err := p.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.backends(vip); !slices.Equal(got, []netip.AddrPort{at(a)}) {
+		t.Errorf("kernel path again: the router forwards %v, want a", got)
+	}
+
 	// Removed: the VIP leaves the router and its flows end at once.
 	p.Remove("lb")
 	if got := fw.backends(vip); got != nil {

@@ -59,6 +59,11 @@ func (s *Server) validateLBSpec(spec *api.LoadBalancerSpec) error {
 		}
 		seen[key] = true
 	}
+	switch spec.DataPath {
+	case "", api.DataPathKernel, api.DataPathProxy:
+	default:
+		return invalid("dataPath %q is not supported: use %s (the VPC router's kernel where the cloud has real machines; the default) or %s (the proxy serves every flow)", spec.DataPath, api.DataPathKernel, api.DataPathProxy)
+	}
 	for i, c := range spec.SourceRanges {
 		p, err := netip.ParsePrefix(strings.TrimSpace(c))
 		if err != nil {
@@ -238,7 +243,7 @@ func (s *Server) releaseIPs(vips []string) error {
 
 func dataplaneConfig(lb *api.LoadBalancer) dataplane.Config {
 	cfg := dataplane.Config{Name: lb.Name, Listeners: lb.Listeners, Backends: lb.Backends,
-		HealthCheck: lb.HealthCheck, ClientIPAffinity: lb.ClientIPAffinity}
+		HealthCheck: lb.HealthCheck, ClientIPAffinity: lb.ClientIPAffinity, ProxyOnly: lb.DataPath == api.DataPathProxy}
 	for _, v := range lb.VIPs {
 		if a, err := netip.ParseAddr(v); err == nil {
 			cfg.VIPs = append(cfg.VIPs, a)

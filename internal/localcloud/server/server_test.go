@@ -139,6 +139,10 @@ func TestBadInputIsA4xxNamingTheProblem(t *testing.T) {
 			_, err := c.PutLoadBalancer(ctx, "lb", lb(func(s *api.LoadBalancerSpec) { s.SourceRanges = []string{"10.0.0.0/33"} }))
 			return err
 		}, 400, `sourceRanges[0] "10.0.0.0/33"`},
+		{"bad data path", func() error {
+			_, err := c.PutLoadBalancer(ctx, "lb", lb(func(s *api.LoadBalancerSpec) { s.DataPath = "ebpf" }))
+			return err
+		}, 400, `dataPath "ebpf" is not supported: use kernel`},
 		{"bad backend", func() error {
 			_, err := c.PutLoadBalancer(ctx, "lb", lb(func(s *api.LoadBalancerSpec) { s.Backends = []api.Backend{{Address: "node-1"}} }))
 			return err

@@ -143,7 +143,20 @@ type LoadBalancerSpec struct {
 	RequestedIP string `json:"requestedIP,omitempty"`
 	// ClientIPAffinity sends a client to the same backend while it is healthy.
 	ClientIPAffinity bool `json:"clientIPAffinity,omitempty"`
+	// DataPath is how a cloud with real machines carries the flows of a
+	// load balancer with backend ports: DataPathKernel ("" too) by the VPC
+	// router's kernel (address rewriting, no proxy: the fastest), or
+	// DataPathProxy by the data plane's proxy alone (its connection caps
+	// and per-connection counts apply to every flow). Elsewhere the proxy
+	// serves either way.
+	DataPath string `json:"dataPath,omitempty"`
 }
+
+// Data paths of a load balancer (LoadBalancerSpec.DataPath).
+const (
+	DataPathKernel = "kernel"
+	DataPathProxy  = "proxy"
+)
 
 // Load balancer states.
 const (

@@ -29,6 +29,29 @@ const (
 	TagLoadBalancerClass = "kubernetes.io/load-balancer-class"
 )
 
+// AnnotationDataPath on a Service chooses its load balancer's data path
+// in a local cloud with real machines: "kernel" (the default: the VPC
+// router rewrites the flows to the nodes, no proxy) or "proxy" (the
+// cloud's proxy carries every flow, under its connection caps).
+const AnnotationDataPath = "service.beta.kubernetes.io/portside-load-balancer-data-path"
+
+// dataPath is the Service's AnnotationDataPath as the cloud's dataPath.
+func dataPath(spec *cloud.LoadBalancerSpec) (string, error) {
+	if spec.Object == nil {
+		return "", nil
+	}
+	v, ok := spec.Object.Annotations[AnnotationDataPath]
+	if !ok {
+		return "", nil
+	}
+	switch p := strings.ToLower(strings.TrimSpace(v)); p {
+	case api.DataPathKernel, api.DataPathProxy:
+		return p, nil
+	default:
+		return "", fmt.Errorf("annotation %s=%q: use %q (the default) or %q", AnnotationDataPath, v, api.DataPathKernel, api.DataPathProxy)
+	}
+}
+
 func (p *loadBalancers) Features() cloud.LoadBalancerFeatures {
 	return cloud.LoadBalancerFeatures{
 		Protocols:      []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP},
@@ -57,6 +80,11 @@ func (p *loadBalancers) EnsureLoadBalancer(ctx context.Context, spec *cloud.Load
 		RequestedIP:      spec.RequestedIP,
 		ClientIPAffinity: spec.ClientIPAffinity,
 	}
+	path, err := dataPath(spec)
+	if err != nil {
+		return nil, err
+	}
+	req.DataPath = path
 	req.Listeners, req.HealthCheck = listenersAndCheck(spec)
 	for _, r := range spec.SourceRanges {
 		req.SourceRanges = append(req.SourceRanges, r.String())

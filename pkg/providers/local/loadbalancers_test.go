@@ -2,9 +2,11 @@ package local
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -44,6 +46,39 @@ func TestListenersAndCheck(t *testing.T) {
 			}
 			if hc == nil || *hc != tc.check {
 				t.Errorf("health check %+v, want %+v", hc, tc.check)
+			}
+		})
+	}
+}
+
+func TestDataPath(t *testing.T) {
+	svc := func(ann map[string]string) *cloud.LoadBalancerSpec {
+		return &cloud.LoadBalancerSpec{Object: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: ann}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		spec    *cloud.LoadBalancerSpec
+		want    string
+		wantErr string
+	}{
+		{"no Service object: the cloud's default", &cloud.LoadBalancerSpec{}, "", ""},
+		{"no annotation: the cloud's default", svc(nil), "", ""},
+		{"proxy", svc(map[string]string{AnnotationDataPath: "proxy"}), api.DataPathProxy, ""},
+		{"kernel, any case and spaces", svc(map[string]string{AnnotationDataPath: " Kernel "}), api.DataPathKernel, ""},
+		{"anything else is refused, naming the annotation", svc(map[string]string{AnnotationDataPath: "ebpf"}), "",
+			`annotation service.beta.kubernetes.io/portside-load-balancer-data-path="ebpf": use "kernel" (the default) or "proxy"`},
+		{"empty is refused too (a typo, not a choice)", svc(map[string]string{AnnotationDataPath: ""}), "", "use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := dataPath(tc.spec)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("dataPath = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
