@@ -118,7 +118,7 @@ func TestUpRealNodesBenchSmoke(t *testing.T) {
 			t.Errorf("path %s: %d round trips, %.0f connections/s, %.0f MB/s; want 20 and rates", p.name, len(p.roundTrips), p.connsPerSec, p.mbPerSec)
 		}
 	}
-	if want := []string{"direct", "nodeport", "vip", "routed"}; !slices.Equal(names, want) {
+	if want := []string{"direct", "nodeport", "vip", "vip-proxy", "routed"}; !slices.Equal(names, want) {
 		t.Errorf("paths %v, want %v", names, want)
 	}
 }

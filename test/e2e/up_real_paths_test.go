@@ -23,6 +23,7 @@ import (
 
 	"github.com/portside-io/portside/internal/nginxtest"
 	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/pkg/providers/local"
 )
 
 // bulkPort is where each echo pod's second container sends zeros to
@@ -34,10 +35,13 @@ const bulkPort = 9000
 type pathTarget struct{ name, http, bulk string }
 
 // dataPlanePaths serves agnhost's netexec and a bulk sender from one pod
-// per node behind two LoadBalancer Services, one proxied (NodePorts) and
-// one routed (allocateLoadBalancerNodePorts: false, the kernel path: the
-// VPC router forwards the VIP's packets to a node and kube-proxy serves
-// it), and measures every path to them, interleaved: rounds of a tenth of
+// per node behind three LoadBalancer Services: two with NodePorts, one on
+// the cloud's default data path (the VPC router's kernel path: the VIP's
+// flows rewritten to a node's NodePort) and one kept in the cloud's proxy
+// (the data-path annotation "proxy": accept, dial the NodePort, copy),
+// and one routed (allocateLoadBalancerNodePorts: false: the VPC router
+// forwards the VIP's packets to a node and kube-proxy serves the VIP);
+// and measures every path to them, interleaved: rounds of a tenth of
 // the requests per path in turn, so a slow moment of the machine falls on
 // all of them alike.
 func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchConfig) []pathResult {
@@ -61,6 +65,8 @@ func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchCon
 	for _, svc := range []*corev1.Service{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo"},
 			Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer, Ports: ports}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo-proxy", Annotations: map[string]string{local.AnnotationDataPath: "proxy"}},
+			Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer, Ports: ports}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "echo-routed"},
 			Spec: corev1.ServiceSpec{Selector: labels, Type: corev1.ServiceTypeLoadBalancer, Ports: ports, AllocateLoadBalancerNodePorts: ptr.To(false)}},
 	} {
@@ -77,6 +83,10 @@ func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchCon
 		}
 		rs, err := client.CoreV1().Services("bench").Get(ctx, "echo-routed", metav1.GetOptions{})
 		if err != nil || len(rs.Status.LoadBalancer.Ingress) == 0 {
+			return false
+		}
+		ps, err := client.CoreV1().Services("bench").Get(ctx, "echo-proxy", metav1.GetOptions{})
+		if err != nil || len(ps.Status.LoadBalancer.Ingress) == 0 {
 			return false
 		}
 		pods, err := client.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "bench=echo"})
@@ -106,6 +116,7 @@ func dataPlanePaths(tb testing.TB, client kubernetes.Interface, cfg realBenchCon
 			{"direct", hp(pod, 8080), hp(pod, bulkPort)},
 			{"nodeport", hp(nodeAddr, s.Spec.Ports[0].NodePort), hp(nodeAddr, s.Spec.Ports[1].NodePort)},
 			{"vip", hp(vip, 80), hp(vip, bulkPort)},
+			{"vip-proxy", hp(ps.Status.LoadBalancer.Ingress[0].IP, 80), hp(ps.Status.LoadBalancer.Ingress[0].IP, bulkPort)},
 			{"routed", hp(rvip, 80), hp(rvip, bulkPort)},
 		}
 		return nodeAddr != ""
