@@ -6,15 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/portside-io/portside/internal/localcloud/server"
 	"github.com/portside-io/portside/pkg/localcloud/api"
-	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
 // kernelPathServes: on real nodes the demo's load balancer is served by the
@@ -25,15 +20,7 @@ import (
 // --lb-kernel-path=false` (the proxy then holds the connection).
 func kernelPathServes(t *testing.T, data string) {
 	t.Helper()
-	cloud := filepath.Join(data, "cloud")
-	ep, err := os.ReadFile(filepath.Join(cloud, server.EndpointFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := client.NewWithTokenFile(strings.TrimSpace(string(ep)), filepath.Join(cloud, server.TokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := upCloudClient(t, data)
 	ctx := context.Background()
 	var lb string
 	var listener api.ListenerHealth

@@ -108,15 +108,7 @@ func TestUpRealNodes(t *testing.T) {
 // started again it boots, becomes Ready and loses the taint.
 func powerCycle(t *testing.T, data, node string) {
 	t.Helper()
-	cloud := filepath.Join(data, "cloud")
-	ep, err := os.ReadFile(filepath.Join(cloud, server.EndpointFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := client.NewWithTokenFile(strings.TrimSpace(string(ep)), filepath.Join(cloud, server.TokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := upCloudClient(t, data)
 	insts, err := cc.ListInstances(context.Background(), node)
 	if err != nil || len(insts) != 1 {
 		t.Fatalf("instance %s: %v %v", node, insts, err)
@@ -149,6 +141,21 @@ func powerCycle(t *testing.T, data, node string) {
 		ready, tainted, err := state()
 		return err == nil && ready && !tainted
 	})
+}
+
+// upCloudClient is a client of up's local cloud, with its token.
+func upCloudClient(t *testing.T, data string) *client.Client {
+	t.Helper()
+	cloud := filepath.Join(data, "cloud")
+	ep, err := os.ReadFile(filepath.Join(cloud, server.EndpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := client.NewWithTokenFile(strings.TrimSpace(string(ep)), filepath.Join(cloud, server.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
 }
 
 // throughTheProxy runs kubectl logs, exec, attach and port-forward against
