@@ -22,7 +22,11 @@ type backend struct {
 	addr  netip.Addr
 	check checkSpec // a change restarts the checks
 
-	healthy     atomic.Bool
+	healthy atomic.Bool
+	// lastOK: its latest check passed (true without checks). The kernel
+	// path takes only such backends (kernelReady): the proxy hides a
+	// backend that refuses by dialing the next one, the kernel cannot.
+	lastOK      atomic.Bool
 	draining    atomic.Bool
 	activeConns atomic.Int64
 
@@ -152,6 +156,9 @@ func healthCheckKey(cfg Config) checkSpec {
 // take it out of rotation, Rise successes bring it back.
 func (b *balancer) runHealthChecks(be *backend) {
 	if be.check.kind == "none" || b.opts.NoHealthChecks {
+		if be.lastOK.Swap(true) != true {
+			b.checkResultChanged()
+		}
 		return
 	}
 	client := &http.Client{
@@ -173,6 +180,9 @@ func (b *balancer) runHealthChecks(be *backend) {
 			be.lastError = ""
 		}
 		be.mu.Unlock()
+		if ok := err == nil; be.lastOK.Swap(ok) != ok {
+			b.checkResultChanged()
+		}
 		if err != nil {
 			fails, oks = fails+1, 0
 			if fails == b.opts.Fall && be.healthy.Load() {

@@ -48,6 +48,7 @@ type balancer struct {
 	// (forwarded.go), forwardErr its last failure, retried after
 	// forwardRetry (one retry pending at a time).
 	forwards            map[netip.Addr]ForwardedVIP
+	unforwardable       map[netip.Addr]ForwardedVIP
 	forwardErr          error
 	forwardRetry        time.Duration
 	forwardRetryPending bool
@@ -71,7 +72,7 @@ type proxyListener interface {
 func newBalancer(ctx context.Context, name string, opts Options, globalConns, globalFlows *limiter) *balancer {
 	b := &balancer{name: name, opts: opts, ctx: ctx, listeners: map[string]proxyListener{},
 		backends: map[string]*backend{}, draining: map[*backend]*backend{}, routes: map[netip.Addr]RoutedVIP{},
-		forwards:    map[netip.Addr]ForwardedVIP{},
+		forwards: map[netip.Addr]ForwardedVIP{}, unforwardable: map[netip.Addr]ForwardedVIP{},
 		globalConns: globalConns, globalFlows: globalFlows}
 	b.conns.max, b.flows.max = int64(opts.MaxConnsPerLoadBalancer), int64(opts.MaxUDPFlowsPerLoadBalancer)
 	b.ready.Store(&[]*backend{})

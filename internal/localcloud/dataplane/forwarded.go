@@ -15,8 +15,9 @@ import (
 // router (real machines), the proxy's hop (accept, dial the backend's
 // port, copy both ways) is done by the router's netfilter instead for the
 // clients it covers: a new flow to a VIP's listener port is rewritten to
-// a healthy backend's address and port and masqueraded, as the proxy's
-// dial would have it, so the backend sees the same source. Per flow this
+// a healthy backend's address and port, its source to the router's uplink
+// address, so the backend sees a source outside the machines' network, as
+// the proxy's dial from the host gives it. Per flow this
 // saves two sockets, two goroutine wake-ups per round trip and every copy
 // (docs/benchmarks.md). The proxy's listeners stay open behind it and
 // serve what the kernel path leaves to them: clients outside the source
@@ -54,6 +55,11 @@ type FlowFilter struct {
 	Backend     netip.Addr
 	BackendPort uint16
 }
+
+// ErrNotForwardable is a VIPForwarder's answer for a VIP it cannot take
+// (a backend outside its network): the proxy serves the VIP, and the
+// balancer does not retry until the VIP's configuration changes.
+var ErrNotForwardable = errors.New("not forwardable")
 
 // VIPForwarder programs the kernel path: the local cloud's VPC router.
 type VIPForwarder interface {
@@ -102,6 +108,29 @@ func sameForwardedVIP(a, b ForwardedVIP) bool {
 		})
 }
 
+// kernelReady reports whether the kernel path may send new flows to a
+// backend: in the proxy's rotation (healthy: Rise checks in a row passed,
+// or new and not yet failed Fall times) and its latest check passed. The
+// proxy takes a new backend at once and keeps a failing one until its
+// Fall-th failure, because a refused dial moves it to the next backend;
+// the kernel's rewrite has no second try, so it waits for a first pass and
+// lets go at the first failure, leaving no window where a new flow is sent
+// where the last check failed.
+func kernelReady(healthy, lastOK bool) bool { return healthy && lastOK }
+
+// checkResultChanged reprograms the kernel path after a backend's latest
+// check changed its result (not under b.mu).
+func (b *balancer) checkResultChanged() {
+	if b.opts.Forwarder == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		_ = b.programForwards() // logged and retried there
+	}
+}
+
 // changedBackendPorts are the listeners whose backend port changed from
 // old to cfg (a Service's NodePort changed): the flows to the old port
 // are ended after the drain timeout, as the proxy's connections are.
@@ -129,7 +158,9 @@ func (b *balancer) programForwards() error {
 	if !b.isRouted && !b.closed && !b.cfg.ProxyOnly {
 		var ready []netip.Addr
 		for _, be := range *b.ready.Load() {
-			ready = append(ready, be.addr)
+			if kernelReady(be.healthy.Load(), be.lastOK.Load()) {
+				ready = append(ready, be.addr)
+			}
 		}
 		want = forwardedVIPs(b.cfg, ready)
 	}
@@ -140,12 +171,35 @@ func (b *balancer) programForwards() error {
 		if prev, ok := b.forwards[f.VIP]; ok && sameForwardedVIP(prev, f) {
 			continue
 		}
+		if prev, ok := b.unforwardable[f.VIP]; ok && sameForwardedVIP(prev, f) {
+			continue // refused as it is: the proxy serves it
+		}
+		delete(b.unforwardable, f.VIP)
 		if err := fw.SetForwardedVIP(f); err != nil {
+			if errors.Is(err, ErrNotForwardable) {
+				// Left to the proxy for good: no retry, no error, but
+				// the router must not keep an older version of it.
+				b.unforwardable[f.VIP] = f
+				b.logger().V(2).Info("VIP left to the proxy", "vip", f.VIP, "reason", err.Error())
+				if _, ok := b.forwards[f.VIP]; ok {
+					if err := fw.DeleteForwardedVIP(f.VIP); err != nil {
+						errs = append(errs, fmt.Errorf("kernel path for VIP %s: %w", f.VIP, err))
+						continue
+					}
+					delete(b.forwards, f.VIP)
+				}
+				continue
+			}
 			errs = append(errs, fmt.Errorf("kernel path for VIP %s: %w", f.VIP, err))
 			delete(b.forwards, f.VIP)
 			continue
 		}
 		b.forwards[f.VIP] = f
+	}
+	for vip := range b.unforwardable {
+		if !keep[vip] {
+			delete(b.unforwardable, vip)
+		}
 	}
 	for vip := range b.forwards {
 		if keep[vip] {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -227,7 +228,12 @@ func (v vipForwarder) SetForwardedVIP(f dataplane.ForwardedVIP) error {
 	for _, p := range f.Ports {
 		out.Ports = append(out.Ports, vpc.ForwardedPort{Protocol: p.Protocol, Port: p.Port, Backends: p.Backends})
 	}
-	return v.nw.SetForwardedVIP(out)
+	if err := v.nw.SetForwardedVIP(out); errors.Is(err, vpc.ErrNotForwardable) {
+		return fmt.Errorf("%w: %w", dataplane.ErrNotForwardable, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func (v vipForwarder) DeleteForwardedVIP(vip netip.Addr) error { return v.nw.DeleteForwardedVIP(vip) }

@@ -20,10 +20,14 @@ import (
 // clients a rule here covers, the router's own netfilter does the same hop
 // instead: it rewrites the destination to a healthy backend's address and
 // port (DNAT, one backend per new flow, round robin or by the client's
-// address) and the source to its own (masquerade, as the proxy's dial
-// has), so the backend answers the router and the reply is rewritten
-// back. Nothing changes for the backend (the same source address as the
-// proxy's) or for what the rules do not cover: a client outside the
+// address) and the source to the router's uplink address (SNAT), so the
+// backend answers the router and the reply is rewritten back. The proxy
+// dials from the host's side of the uplink, so a backend sees a client
+// outside the machines' network either way (never a gateway address in
+// its own subnet, which Kubernetes' e2e suite takes for a node's: "source
+// IP was NOT preserved"), and a flow rewritten to the machine it came
+// from still comes back through the router. Nothing else changes for what
+// the rules do not cover: a client outside the
 // source ranges, a VIP whose family has no backend of its own, a VIP with
 // no healthy backend reach the router's own stack, where the data plane's
 // listeners keep serving, refusing or falling back as before. Everything
@@ -33,9 +37,15 @@ const (
 	// natTable is the table (family inet) in the router's namespace.
 	natTable = "portside_lb"
 	// natMark marks the flows the table rewrote (ct mark): only those are
-	// masqueraded, and EndFlows deletes only those.
+	// source-rewritten, and EndFlows deletes only those.
 	natMark = 0x00f50000
 )
+
+// ErrNotForwardable is what SetForwardedVIP returns for a VIP the router
+// cannot take at all (a backend that is no machine of the VPC, a VIP not
+// the router's): the caller leaves it to the proxy, and retrying would not
+// help.
+var ErrNotForwardable = errors.New("not forwardable by the VPC router")
 
 // ForwardedVIP is what the router rewrites for one VIP of a proxied load
 // balancer.
@@ -67,9 +77,14 @@ func natChain(vip netip.Addr) string {
 }
 
 // natSetup is the table's skeleton: a verdict map per family from VIP to
-// its chain, looked up for every packet before routing, and the
-// masquerade of the marked flows after routing.
-func natSetup() string {
+// its chain, looked up for every packet before routing, and the source
+// rewrite of the marked flows after routing, to the router's uplink
+// address of the family (src6 invalid: an IPv4 VPC, no IPv6 rule).
+func natSetup(src4, src6 netip.Addr) string {
+	snat6 := ""
+	if src6.IsValid() {
+		snat6 = fmt.Sprintf("\n\t\tct mark %#08x meta nfproto ipv6 snat ip6 to %s", natMark, src6)
+	}
 	return fmt.Sprintf(`table inet %[1]s {
 	map vips4 { type ipv4_addr : verdict; }
 	map vips6 { type ipv6_addr : verdict; }
@@ -78,10 +93,10 @@ func natSetup() string {
 		ip6 daddr vmap @vips6
 	}
 	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
-		ct mark %#08x masquerade
+		ct mark %#08[2]x meta nfproto ipv4 snat ip to %[3]s%[4]s
 	}
 }
-`, natTable, natMark)
+`, natTable, natMark, src4, snat6)
 }
 
 // natRules are a VIP's chain's rules (after "add rule inet TABLE CHAIN"):
@@ -178,7 +193,7 @@ func natScript(f ForwardedVIP, had bool) (script string, has bool, err error) {
 // their backend (conntrack) until they end or EndFlows ends them.
 func (nw *Network) SetForwardedVIP(f ForwardedVIP) error {
 	if !slices.ContainsFunc(nw.cfg.Local, func(l Range) bool { return l.Prefix.Contains(f.VIP) }) {
-		return fmt.Errorf("forwarded VIP %s: not in a range the router owns (%v)", f.VIP, nw.cfg.Local)
+		return fmt.Errorf("forwarded VIP %s: %w: not in a range the router owns (%v)", f.VIP, ErrNotForwardable, nw.cfg.Local)
 	}
 	subnet := nw.cfg.Subnet.Prefix
 	if !f.VIP.Is4() {
@@ -187,7 +202,7 @@ func (nw *Network) SetForwardedVIP(f ForwardedVIP) error {
 	for _, p := range f.Ports {
 		for _, be := range p.Backends {
 			if !subnet.IsValid() || !subnet.Contains(be.Addr()) {
-				return fmt.Errorf("forwarded VIP %s to %s: the backend is not a machine of the VPC subnet of its family (%s)", f.VIP, be, subnet)
+				return fmt.Errorf("forwarded VIP %s to %s: %w: the backend is not a machine of the VPC subnet of its family (%s)", f.VIP, be, ErrNotForwardable, subnet)
 			}
 		}
 	}
@@ -241,7 +256,7 @@ func (nw *Network) natSetupOnce() error {
 	if err := nw.noBridgeNetfilter(); err != nil {
 		return err
 	}
-	if err := nw.nft(natSetup()); err != nil {
+	if err := nw.nft(natSetup(nw.router, nw.router6)); err != nil {
 		return fmt.Errorf("the VPC router's kernel path for load balancers: %w", err)
 	}
 	nw.forwarded = map[netip.Addr]bool{}

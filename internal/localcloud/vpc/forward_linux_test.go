@@ -2,6 +2,7 @@ package vpc_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +18,9 @@ import (
 // TestForwardedVIP: the router's kernel path for a proxied load balancer.
 // A VIP's port is rewritten to the machines' backend port (round robin, or
 // by the client with affinity), from the host and from a machine (to
-// itself too: the masquerade brings the reply back through the router),
-// and the backend sees the router's address, as the proxy's dial has;
+// itself too: the source rewrite brings the reply back through the
+// router), and the backend sees the router's uplink address, outside the
+// machines' network, as the proxy's dial from the host's side has;
 // what the rules do not cover (a client outside the source ranges, a VIP
 // no longer forwarded) reaches the router's own listener; a flow kept to
 // a removed backend goes on until EndFlows ends it; IPv6 alike.
@@ -62,8 +64,8 @@ func TestForwardedVIP(t *testing.T) {
 		for range 6 {
 			got := who(t, from, at)
 			seen[got.name]++
-			if got.peer != nw.Gateway() {
-				t.Errorf("from %q: the backend saw %v, want the router's address %v (masquerade)", from, got.peer, nw.Gateway())
+			if got.peer != nw.RouterAddr() || r.Subnet.Contains(got.peer) {
+				t.Errorf("from %q: the backend saw %v, want the router's uplink address %v (outside the machines' %v)", from, got.peer, nw.RouterAddr(), r.Subnet)
 			}
 		}
 		if seen["m1"] == 0 || seen["m2"] == 0 || seen["userspace"] != 0 {
@@ -149,8 +151,8 @@ func TestForwardedVIP(t *testing.T) {
 		Backends: []netip.AddrPort{netip.AddrPortFrom(b1, bport)}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := who(t, "", at6); got.name != "m1" || got.peer != nw.Gateway6() {
-		t.Errorf("IPv6 VIP: %v, want m1 seeing the router's %v", got, nw.Gateway6())
+	if got := who(t, "", at6); got.name != "m1" || got.peer != nw.RouterAddr6() || r.Subnet6.Contains(got.peer) {
+		t.Errorf("IPv6 VIP: %v, want m1 seeing the router's uplink %v", got, nw.RouterAddr6())
 	}
 	if got := who(t, m2, at); got.name != "userspace" {
 		t.Errorf("IPv4 VIP after its deletion: %v", got)
@@ -158,11 +160,11 @@ func TestForwardedVIP(t *testing.T) {
 
 	// Only machines of the VPC, only the router's VIPs.
 	if err := nw.SetForwardedVIP(vpc.ForwardedVIP{VIP: vip, Ports: []vpc.ForwardedPort{{Protocol: "TCP", Port: 80,
-		Backends: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.7:80")}}}}); err == nil {
-		t.Error("SetForwardedVIP took a backend outside the VPC")
+		Backends: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.7:80")}}}}); !errors.Is(err, vpc.ErrNotForwardable) {
+		t.Errorf("SetForwardedVIP with a backend outside the VPC: %v, want ErrNotForwardable", err)
 	}
-	if err := nw.SetForwardedVIP(vpc.ForwardedVIP{VIP: a1, Ports: fwd.Ports}); err == nil {
-		t.Error("SetForwardedVIP took a machine's address as a VIP")
+	if err := nw.SetForwardedVIP(vpc.ForwardedVIP{VIP: a1, Ports: fwd.Ports}); !errors.Is(err, vpc.ErrNotForwardable) {
+		t.Errorf("SetForwardedVIP with a machine's address as a VIP: %v, want ErrNotForwardable", err)
 	}
 }
 

@@ -283,6 +283,12 @@ func (nw *Network) Gateway() netip.Addr { return nw.gw }
 // the source of the host's connections.
 func (nw *Network) HostAddr() netip.Addr { return nw.host }
 
+// RouterAddr and RouterAddr6 are the router's uplink addresses: the
+// source backends see for the kernel path's flows (forward.go). RouterAddr6
+// is invalid in an IPv4 VPC.
+func (nw *Network) RouterAddr() netip.Addr  { return nw.router }
+func (nw *Network) RouterAddr6() netip.Addr { return nw.router6 }
+
 // RouterNetns is the router namespace's path.
 func (nw *Network) RouterNetns() string { return NetnsPath(nw.n.router) }
 
