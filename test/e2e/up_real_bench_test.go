@@ -60,13 +60,15 @@ func BenchmarkUpRealNodes(b *testing.B) {
 		b.ReportMetric(ms(percentile(r.podStart, 0.99)), "ms-pod-start-p99")
 		b.ReportMetric(percentile(r.podStartServer, 0.50).Seconds(), "s-pod-start-timestamps-p50")
 		b.ReportMetric(percentile(r.podStartServer, 0.99).Seconds(), "s-pod-start-timestamps-p99")
-		var worstRSS, worstCPU float64
+		var worstRSS, worstPSS, worstCPU float64
 		for _, f := range r.footprints {
 			worstRSS, worstCPU = max(worstRSS, float64(f.agentsRSS)/1e6), max(worstCPU, 100*f.agentsCPU)
-			b.Logf("node %s idle over %s: kubelet+containerd+kube-proxy %.0f MB RSS (%v), %.2f %% of a core; all %d processes %.0f MB, %.2f %%",
-				f.machine, cfg.idle, float64(f.agentsRSS)/1e6, f.agents, 100*f.agentsCPU, f.processes, float64(f.allRSS)/1e6, 100*f.allCPU)
+			worstPSS = max(worstPSS, float64(f.agentsPSS)/1e6)
+			b.Logf("node %s idle over %s: kubelet+containerd+kube-proxy %.0f MB RSS (%v), %.0f MB PSS, %.2f %% of a core; all %d processes %.0f MB, %.2f %%",
+				f.machine, cfg.idle, float64(f.agentsRSS)/1e6, f.agents, float64(f.agentsPSS)/1e6, 100*f.agentsCPU, f.processes, float64(f.allRSS)/1e6, 100*f.allCPU)
 		}
 		b.ReportMetric(worstRSS, "MB-node-agents-rss-max")
+		b.ReportMetric(worstPSS, "MB-node-agents-pss-max")
 		b.ReportMetric(worstCPU, "%core-node-agents-idle-max")
 		b.Logf("up with %d real nodes: demo answered cold %.1fs, warm %.1fs; ready (after the demo's scaling) cold %.1fs, warm %.1fs; %d pods started: p50 %.0f ms, p99 %.0f ms",
 			cfg.nodes, r.coldDemo.Seconds(), r.warmDemo.Seconds(), r.coldUp.Seconds(), r.warmUp.Seconds(), cfg.pods, ms(percentile(r.podStart, 0.5)), ms(percentile(r.podStart, 0.99)))
@@ -99,7 +101,7 @@ func TestUpRealNodesBenchSmoke(t *testing.T) {
 	}
 	for _, f := range r.footprints {
 		t.Logf("node %s: agents %v, %.2f %% of a core; %d processes, %d bytes", f.machine, f.agents, 100*f.agentsCPU, f.processes, f.allRSS)
-		if f.agentsFound != len(nodeAgents) || f.agentsRSS <= 0 || f.allRSS < f.agentsRSS || f.agentsCPU < 0 {
+		if f.agentsFound != len(nodeAgents) || f.agentsRSS <= 0 || f.allRSS < f.agentsRSS || f.agentsCPU < 0 || f.agentsPSS <= 0 || f.agentsPSS > f.agentsRSS {
 			t.Errorf("node %s: agents %v (RSS %d of %d, CPU %.3f): want kubelet, containerd and kube-proxy measured", f.machine, f.agents, f.agentsRSS, f.allRSS, f.agentsCPU)
 		}
 	}
