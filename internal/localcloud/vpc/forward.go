@@ -20,14 +20,16 @@ import (
 // clients a rule here covers, the router's own netfilter does the same hop
 // instead: it rewrites the destination to a healthy backend's address and
 // port (DNAT, one backend per new flow, round robin or by the client's
-// address) and the source to the router's uplink address (SNAT), so the
-// backend answers the router and the reply is rewritten back. The proxy
-// dials from the host's side of the uplink, so a backend sees a client
-// outside the machines' network either way (never a gateway address in
-// its own subnet, which Kubernetes' e2e suite takes for a node's: "source
-// IP was NOT preserved"), and a flow rewritten to the machine it came
-// from still comes back through the router. Nothing else changes for what
-// the rules do not cover: a client outside the
+// address). A client outside the VPC (the host) keeps its address: the
+// backend's reply goes back by the machine's default route, through the
+// router, which rewrites it back. A client inside the VPC (a machine, a
+// pod) gets the router's uplink address as its source (SNAT): the flow
+// may be rewritten to the very machine it came from, which would answer
+// its own pod directly, past the router; the uplink address is outside
+// the machines' network, as the host's is (never a gateway address in
+// their subnet, which Kubernetes' e2e suite takes for a node's: "source
+// IP was NOT preserved"). Nothing else changes for what the rules do not
+// cover: a client outside the
 // source ranges, a VIP whose family has no backend of its own, a VIP with
 // no healthy backend reach the router's own stack, where the data plane's
 // listeners keep serving, refusing or falling back as before. Everything
@@ -77,15 +79,30 @@ func natChain(vip netip.Addr) string {
 }
 
 // natSetup is the table's skeleton: a verdict map per family from VIP to
-// its chain, looked up for every packet before routing, and the source
-// rewrite of the marked flows after routing, to the router's uplink
-// address of the family (src6 invalid: an IPv4 VPC, no IPv6 rule).
-func natSetup(src4, src6 netip.Addr) string {
-	snat6 := ""
-	if src6.IsValid() {
-		snat6 = fmt.Sprintf("\n\t\tct mark %#08x meta nfproto ipv6 snat ip6 to %s", natMark, src6)
+// its chain, looked up for every packet before routing, and after routing
+// the source rewrite of the marked flows from inside the VPC (inside: the
+// machines' subnets and the ranges routed to them, both families) to the
+// router's uplink address of their family (src6 invalid: an IPv4 VPC).
+func natSetup(src4, src6 netip.Addr, inside []netip.Prefix) string {
+	var rules []string
+	for _, fam := range []struct {
+		name string
+		src  netip.Addr
+		v4   bool
+	}{{"ip", src4, true}, {"ip6", src6, false}} {
+		var in []string
+		for _, p := range inside {
+			if p.Addr().Is4() == fam.v4 {
+				in = append(in, p.Masked().String())
+			}
+		}
+		if !fam.src.IsValid() || len(in) == 0 {
+			continue
+		}
+		slices.Sort(in)
+		rules = append(rules, fmt.Sprintf("ct mark %#08x %s saddr { %s } snat %s to %s", natMark, fam.name, strings.Join(slices.Compact(in), ", "), fam.name, fam.src))
 	}
-	return fmt.Sprintf(`table inet %[1]s {
+	return fmt.Sprintf(`table inet %s {
 	map vips4 { type ipv4_addr : verdict; }
 	map vips6 { type ipv6_addr : verdict; }
 	chain prerouting { type nat hook prerouting priority dstnat; policy accept;
@@ -93,10 +110,25 @@ func natSetup(src4, src6 netip.Addr) string {
 		ip6 daddr vmap @vips6
 	}
 	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
-		ct mark %#08[2]x meta nfproto ipv4 snat ip to %[3]s%[4]s
+		%s
 	}
 }
-`, natTable, natMark, src4, snat6)
+`, natTable, strings.Join(rules, "\n\t\t"))
+}
+
+// inside are the VPC's own ranges: the machines' subnets and what is
+// routed to them (pod CIDRs), not the router's own (VIPs).
+func (nw *Network) inside() []netip.Prefix {
+	out := []netip.Prefix{nw.cfg.Subnet.Prefix}
+	if nw.cfg.Subnet6.Prefix.IsValid() {
+		out = append(out, nw.cfg.Subnet6.Prefix)
+	}
+	for _, r := range nw.cfg.Routed {
+		if !slices.ContainsFunc(nw.cfg.Local, func(l Range) bool { return l.Prefix.Overlaps(r.Prefix) }) {
+			out = append(out, r.Prefix)
+		}
+	}
+	return out
 }
 
 // natRules are a VIP's chain's rules (after "add rule inet TABLE CHAIN"):
@@ -256,7 +288,7 @@ func (nw *Network) natSetupOnce() error {
 	if err := nw.noBridgeNetfilter(); err != nil {
 		return err
 	}
-	if err := nw.nft(natSetup(nw.router, nw.router6)); err != nil {
+	if err := nw.nft(natSetup(nw.router, nw.router6, nw.inside())); err != nil {
 		return fmt.Errorf("the VPC router's kernel path for load balancers: %w", err)
 	}
 	nw.forwarded = map[netip.Addr]bool{}

@@ -19,8 +19,9 @@ import (
 // A VIP's port is rewritten to the machines' backend port (round robin, or
 // by the client with affinity), from the host and from a machine (to
 // itself too: the source rewrite brings the reply back through the
-// router), and the backend sees the router's uplink address, outside the
-// machines' network, as the proxy's dial from the host's side has;
+// router); the backend sees the host's own address, and a machine's
+// flows come from the router's uplink address, outside the machines'
+// network;
 // what the rules do not cover (a client outside the source ranges, a VIP
 // no longer forwarded) reaches the router's own listener; a flow kept to
 // a removed backend goes on until EndFlows ends it; IPv6 alike.
@@ -64,8 +65,14 @@ func TestForwardedVIP(t *testing.T) {
 		for range 6 {
 			got := who(t, from, at)
 			seen[got.name]++
-			if got.peer != nw.RouterAddr() || r.Subnet.Contains(got.peer) {
-				t.Errorf("from %q: the backend saw %v, want the router's uplink address %v (outside the machines' %v)", from, got.peer, nw.RouterAddr(), r.Subnet)
+			// The host keeps its address; a machine gets the router's
+			// uplink address (it may be sent to itself).
+			want := nw.HostAddr()
+			if from != "" {
+				want = nw.RouterAddr()
+			}
+			if got.peer != want || r.Subnet.Contains(got.peer) {
+				t.Errorf("from %q: the backend saw %v, want %v (outside the machines' %v)", from, got.peer, want, r.Subnet)
 			}
 		}
 		if seen["m1"] == 0 || seen["m2"] == 0 || seen["userspace"] != 0 {
@@ -151,8 +158,8 @@ func TestForwardedVIP(t *testing.T) {
 		Backends: []netip.AddrPort{netip.AddrPortFrom(b1, bport)}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := who(t, "", at6); got.name != "m1" || got.peer != nw.RouterAddr6() || r.Subnet6.Contains(got.peer) {
-		t.Errorf("IPv6 VIP: %v, want m1 seeing the router's uplink %v", got, nw.RouterAddr6())
+	if got := who(t, "", at6); got.name != "m1" || got.peer != nw.HostAddr6() {
+		t.Errorf("IPv6 VIP from the host: %v, want m1 seeing the host's own %v", got, nw.HostAddr6())
 	}
 	if got := who(t, m2, at); got.name != "userspace" {
 		t.Errorf("IPv4 VIP after its deletion: %v", got)

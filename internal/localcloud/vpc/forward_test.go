@@ -132,18 +132,20 @@ func TestMatchFlow(t *testing.T) {
 }
 
 func TestNATSetup(t *testing.T) {
+	p := netip.MustParsePrefix
 	v4, v6 := netip.MustParseAddr("198.19.255.254"), netip.MustParseAddr("fd01:ffff::2")
-	both := natSetup(v4, v6)
+	inside := []netip.Prefix{p("198.18.4.0/24"), p("fd01::/64"), p("10.224.0.0/16"), p("198.18.4.9/24")}
+	both := natSetup(v4, v6, inside)
 	for _, want := range []string{
 		"ip daddr vmap @vips4", "ip6 daddr vmap @vips6",
-		"ct mark 0x00f50000 meta nfproto ipv4 snat ip to 198.19.255.254",
-		"ct mark 0x00f50000 meta nfproto ipv6 snat ip6 to fd01:ffff::2",
+		"ct mark 0x00f50000 ip saddr { 10.224.0.0/16, 198.18.4.0/24 } snat ip to 198.19.255.254",
+		"ct mark 0x00f50000 ip6 saddr { fd01::/64 } snat ip6 to fd01:ffff::2",
 	} {
 		if !strings.Contains(both, want) {
 			t.Errorf("natSetup lacks %q:\n%s", want, both)
 		}
 	}
-	if only4 := natSetup(v4, netip.Addr{}); strings.Contains(only4, "ip6 to") || !strings.Contains(only4, "snat ip to 198.19.255.254") {
+	if only4 := natSetup(v4, netip.Addr{}, inside); strings.Contains(only4, "ip6 to") || !strings.Contains(only4, "snat ip to 198.19.255.254") {
 		t.Errorf("natSetup of an IPv4 VPC:\n%s", only4)
 	}
 }

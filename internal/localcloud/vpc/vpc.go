@@ -283,6 +283,9 @@ func (nw *Network) Gateway() netip.Addr { return nw.gw }
 // the source of the host's connections.
 func (nw *Network) HostAddr() netip.Addr { return nw.host }
 
+// HostAddr6 is the host's IPv6 uplink address (invalid in an IPv4 VPC).
+func (nw *Network) HostAddr6() netip.Addr { return nw.host6 }
+
 // RouterAddr and RouterAddr6 are the router's uplink addresses: the
 // source backends see for the kernel path's flows (forward.go). RouterAddr6
 // is invalid in an IPv4 VPC.
