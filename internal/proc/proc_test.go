@@ -191,19 +191,25 @@ func TestLookup(t *testing.T) {
 }
 
 func TestUsageOfThisProcess(t *testing.T) {
-	// Burn a little CPU so the 10 ms ticks show some.
-	x := 0
-	for i := range 50_000_000 {
-		x += i
+	// Burn CPU until the 10 ms ticks show some: a fixed amount of work
+	// can finish inside one tick (and read 0) on a fast or idle machine.
+	x, deadline := 0, time.Now().Add(5*time.Second)
+	for CPUSeconds(os.Getpid()) <= 0 && time.Now().Before(deadline) {
+		for i := range 5_000_000 {
+			x += i
+		}
 	}
 	_ = x
 	if c := CPUSeconds(os.Getpid()); c <= 0 {
-		t.Errorf("CPUSeconds of this process = %v, want > 0", c)
+		t.Errorf("CPUSeconds of this process = %v after 5 s of work, want > 0", c)
 	}
 	if r := RSS(os.Getpid()); r <= 1<<20 {
 		t.Errorf("RSS of this process = %d bytes, want over 1 MiB", r)
 	}
-	if CPUSeconds(-1) != 0 || RSS(-1) != 0 {
+	if p, r := PSS(os.Getpid()), RSS(os.Getpid()); p <= 0 || p > r {
+		t.Errorf("PSS of this process = %d bytes, want > 0 and at most its RSS %d", p, r)
+	}
+	if CPUSeconds(-1) != 0 || RSS(-1) != 0 || PSS(-1) != 0 {
 		t.Error("a process that does not exist has usage")
 	}
 }

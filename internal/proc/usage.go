@@ -27,13 +27,21 @@ func CPUSeconds(pid int) float64 {
 
 // RSS is a process's resident set (VmRSS) in bytes; 0 for a kernel thread
 // or a process gone.
-func RSS(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+func RSS(pid int) int64 { return kbField(pid, "status", "VmRSS:") }
+
+// PSS is a process's proportional set size (Pss of smaps_rollup) in
+// bytes: pages shared with other processes (the same binary's, mapped by
+// each of several nodes) counted in shares; 0 for a process gone.
+func PSS(pid int) int64 { return kbField(pid, "smaps_rollup", "Pss:") }
+
+// kbField is the "<name> <n> kB" line of /proc/<pid>/<file>, in bytes.
+func kbField(pid int, file, name string) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, name); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10
 		}

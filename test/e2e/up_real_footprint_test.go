@@ -81,7 +81,7 @@ func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []n
 			if slices.Contains(nodeAgents, name) {
 				f.agents[name] += rss
 				f.agentsRSS += rss
-				f.agentsPSS += procPSS(pid)
+				f.agentsPSS += proc.PSS(pid)
 				f.agentsCPU += cpu
 			}
 		}
@@ -94,20 +94,4 @@ func measureNodeFootprints(tb testing.TB, data string, window time.Duration) []n
 func procComm(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 	return strings.TrimSpace(string(b))
-}
-
-// procPSS is a process's proportional set size in bytes (0 when it is
-// gone): the Pss line of /proc/<pid>/smaps_rollup.
-func procPSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
