@@ -50,6 +50,9 @@ func printStatus(w io.Writer, rep *devenv.Report, output string) error {
 		fmt.Fprintln(tw, "LOAD BALANCER\tSERVICE\tVIP\tPORTS\tSTATE\tBACKENDS")
 		for _, lb := range rep.LoadBalancers {
 			state := lb.State
+			if lb.Path != "" {
+				state += " (" + lb.Path + ")"
+			}
 			if lb.Message != "" {
 				state += ": " + lb.Message
 			}

@@ -19,7 +19,9 @@ func TestPrintStatus(t *testing.T) {
 			{Name: "stray", Reason: "uninitialized taint still set; last warning: InstanceNotFound: no instance"},
 		},
 		LoadBalancers: []devenv.LBStatus{{Name: "lb1", Service: "demo/hello", VIPs: []string{"127.250.0.2"}, Ports: []string{"8080/TCP"}, State: "active",
-			Backends: []api.BackendHealth{{Name: "node-1", Healthy: true}, {Name: "node-2", LastError: "connection refused"}}}},
+			Backends: []api.BackendHealth{{Name: "node-1", Healthy: true}, {Name: "node-2", LastError: "connection refused"}}},
+			{Name: "lb2", Service: "demo/fast", VIPs: []string{"198.18.1.2"}, Ports: []string{"80/TCP"}, State: "active", Path: devenv.LBPathKernel,
+				Backends: []api.BackendHealth{{Name: "node-1", Healthy: true}}}},
 	}
 	var b bytes.Buffer
 	if err := printStatus(&b, rep, "table"); err != nil {
@@ -28,7 +30,8 @@ func TestPrintStatus(t *testing.T) {
 	for _, want := range []string{
 		"node-1  zone-a  127.1.0.2    local://i-1  10.244.0.0/24  routed  yes",
 		"stray   -       -            -            -              -       no: uninitialized taint still set; last warning: InstanceNotFound",
-		"demo/hello  127.250.0.2  8080/TCP  active  1/2 healthy (node-2 unhealthy: connection refused)",
+		"demo/hello  127.250.0.2  8080/TCP  active                1/2 healthy (node-2 unhealthy: connection refused)",
+		"demo/fast   198.18.1.2   80/TCP    active (kernel path)  1/1 healthy",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())

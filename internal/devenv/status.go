@@ -74,14 +74,36 @@ type NodeStatus struct {
 // LBStatus is one load balancer of the cloud with its backends' health as
 // the data plane sees it.
 type LBStatus struct {
-	Name     string              `json:"name"`
-	Service  string              `json:"service,omitempty"`
-	VIPs     []string            `json:"vips"`
-	Ports    []string            `json:"ports"`
-	State    string              `json:"state"`
-	Message  string              `json:"message,omitempty"`
-	Serving  bool                `json:"serving"`
+	Name    string   `json:"name"`
+	Service string   `json:"service,omitempty"`
+	VIPs    []string `json:"vips"`
+	Ports   []string `json:"ports"`
+	State   string   `json:"state"`
+	Message string   `json:"message,omitempty"`
+	Serving bool     `json:"serving"`
+	// Path is how the cloud carries its flows where that is not the
+	// proxy alone: LBPathKernel or LBPathRouted (the VPC router).
+	Path     string              `json:"path,omitempty"`
 	Backends []api.BackendHealth `json:"backends"`
+}
+
+// Data paths a load balancer's status names (LBStatus.Path).
+const (
+	LBPathKernel = "kernel path"
+	LBPathRouted = "routed"
+)
+
+// lbPath is the data path LBStatus names: routed when a listener has no
+// backend port (the router forwards the VIP), the kernel path when the
+// data plane says a listener is on it, else "" (the proxy).
+func lbPath(listeners []api.Listener, health []api.ListenerHealth) string {
+	if slices.ContainsFunc(listeners, func(l api.Listener) bool { return l.BackendPort == 0 }) {
+		return LBPathRouted
+	}
+	if slices.ContainsFunc(health, func(h api.ListenerHealth) bool { return h.Kernel }) {
+		return LBPathKernel
+	}
+	return ""
 }
 
 // Status reads the kubeconfig and the cloud's endpoint and token from the
@@ -259,6 +281,7 @@ func lbStatuses(ctx context.Context, cc *client.Client) ([]LBStatus, error) {
 		}
 		if h, err := cc.LoadBalancerHealth(ctx, lb.Name); err == nil {
 			st.Serving, st.Backends = h.Serving, h.Backends
+			st.Path = lbPath(lb.Listeners, h.Listeners)
 			slices.SortFunc(st.Backends, func(a, b api.BackendHealth) int { return compareNodeNames(a.Name, b.Name) })
 		}
 		out = append(out, st)

@@ -89,6 +89,9 @@ func TestUpRealNodes(t *testing.T) {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
 	kernelPathServes(t, data)
+	if st, err := exec.Command(bin, "status", "--data-dir", data).CombinedOutput(); err != nil || !regexp.MustCompile(`8080/TCP\s+active \(kernel path\)`).Match(st) {
+		t.Errorf("portside status does not show the demo's load balancer on the kernel path (%v):\n%s", err, st)
+	}
 	throughTheProxy(t, data)
 	proxyServerNotAdmin(t, data)
 	powerCycle(t, data, "node-1")
