@@ -62,6 +62,35 @@ func TestForwardedVIPs(t *testing.T) {
 	}
 }
 
+func TestSameForwardedVIP(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	base := ForwardedVIP{VIP: netip.MustParseAddr("198.18.1.10"), Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		Ports: []ForwardedPort{{"TCP", 80, []netip.AddrPort{ap("198.18.0.2:30080")}}}}
+	change := func(f func(*ForwardedVIP)) ForwardedVIP {
+		c := base
+		c.Ports = []ForwardedPort{{"TCP", 80, []netip.AddrPort{ap("198.18.0.2:30080")}}}
+		f(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		b    ForwardedVIP
+		want bool
+	}{
+		{"equal (copies)", change(func(*ForwardedVIP) {}), true},
+		{"affinity", change(func(f *ForwardedVIP) { f.Affinity = true }), false},
+		{"sources", change(func(f *ForwardedVIP) { f.Sources = nil }), false},
+		{"a backend", change(func(f *ForwardedVIP) { f.Ports[0].Backends = []netip.AddrPort{ap("198.18.0.3:30080")} }), false},
+		{"a backend port", change(func(f *ForwardedVIP) { f.Ports[0].Backends = []netip.AddrPort{ap("198.18.0.2:30081")} }), false},
+		{"the listener port", change(func(f *ForwardedVIP) { f.Ports[0].Port = 81 }), false},
+		{"the protocol", change(func(f *ForwardedVIP) { f.Ports[0].Protocol = "UDP" }), false},
+	} {
+		if got := sameForwardedVIP(base, tc.b); got != tc.want {
+			t.Errorf("%s: sameForwardedVIP = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestKernelReady(t *testing.T) {
 	for _, tc := range []struct {
 		name            string

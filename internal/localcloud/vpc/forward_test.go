@@ -3,6 +3,7 @@ package vpc
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -147,5 +148,27 @@ func TestNATSetup(t *testing.T) {
 	}
 	if only4 := natSetup(v4, netip.Addr{}, inside); strings.Contains(only4, "ip6 to") || !strings.Contains(only4, "snat ip to 198.19.255.254") {
 		t.Errorf("natSetup of an IPv4 VPC:\n%s", only4)
+	}
+}
+
+func TestInside(t *testing.T) {
+	p := netip.MustParsePrefix
+	r := func(s string) Range { return Range{Prefix: p(s)} }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []netip.Prefix
+	}{
+		{"subnet and the pods' range; the VIPs (the router's own) are not inside",
+			Config{Subnet: r("198.18.4.0/24"), Routed: []Range{r("198.18.5.0/24"), r("10.224.0.0/16")}, Local: []Range{r("198.18.5.0/24")}},
+			[]netip.Prefix{p("198.18.4.0/24"), p("10.224.0.0/16")}},
+		{"dual-stack: the IPv6 subnet and ranges too",
+			Config{Subnet: r("198.18.4.0/24"), Subnet6: r("fd01::/64"), Routed: []Range{r("fd01:1::/112"), r("fd01:100::/56")}, Local: []Range{r("fd01:1::/112")}},
+			[]netip.Prefix{p("198.18.4.0/24"), p("fd01::/64"), p("fd01:100::/56")}},
+	} {
+		nw := &Network{cfg: tc.cfg}
+		if got := nw.inside(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: inside = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
