@@ -45,6 +45,13 @@ type Options struct {
 	// `portside ccm`, with upstream's flags (e.g. upstream's own, built with
 	// the local provider: test/upstreamccm); it serves no webhooks.
 	CCMBinary string
+	// NetworkProxyBinaries, when set, is a directory whose proxy-server and
+	// proxy-agent run instead of Portside's, with upstream's flags only
+	// (upstream apiserver-network-proxy's, as `make tools` builds them):
+	// for measuring the two side by side on the same cluster
+	// (BenchmarkUpRealNodesKubectlStreams). Upstream's server trusts the
+	// identity an agent claims, so this is for comparison, not for use.
+	NetworkProxyBinaries string
 	// ConsoleReadWrite makes the printed console link read-write (faults can
 	// be set from the page); by default it is read-only, as a link in a
 	// terminal's scrollback or a shared screen should be.
@@ -109,6 +116,9 @@ func Up(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	if err := checkIPFamily(opts.IPFamily, mode); err != nil {
+		return err
+	}
+	if err := checkNetworkProxyBinaries(opts.NetworkProxyBinaries, opts.NetworkProxy, opts.Install); err != nil {
 		return err
 	}
 	if note != "" {
@@ -177,7 +187,8 @@ func Up(ctx context.Context, opts Options) (err error) {
 // On failure it returns the part that failed.
 func start(ctx context.Context, s *stack, l layout, opts Options) (*environment, string, error) {
 	env := &environment{layout: l, ccmReplicas: opts.CCMReplicas, networkProxy: opts.NetworkProxy, ccmBinary: opts.CCMBinary,
-		realNodes: opts.NodeMode == NodeModeReal, install: opts.Install, dual: opts.IPFamily == IPFamilyDual,
+		netproxyBinaries: opts.NetworkProxyBinaries,
+		realNodes:        opts.NodeMode == NodeModeReal, install: opts.Install, dual: opts.IPFamily == IPFamilyDual,
 		ipv6Only: opts.IPFamily == IPFamilyIPv6}
 	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {

@@ -61,6 +61,9 @@ type environment struct {
 	// proxy-server and per-zone agents (netproxyState says where).
 	networkProxy  bool
 	netproxyState *netproxyState
+	// netproxyBinaries is Options.NetworkProxyBinaries: upstream's
+	// proxy-server and proxy-agent instead of Portside's.
+	netproxyBinaries string
 }
 
 // podCIDR and serviceCIDR are the environment's ranges: real nodes' are

@@ -89,10 +89,11 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 	if err := os.MkdirAll(env.netproxy(), 0o755); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, lead, err := env.proxyCommand("proxy-server")
 	if err != nil {
 		return err
 	}
+	upstream := env.netproxyBinaries != ""
 	hosts := []string{"127.0.0.1"}
 	if env.realNodes {
 		// Node agents verify the server at the gateway's address.
@@ -108,7 +109,7 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 	}
 	st := netproxyState{Server: netproxyPart{ID: "proxy-server-1", Socket: env.netproxySocket(),
 		AgentAddress: "127.0.0.1:" + strconv.Itoa(ports[0]), Health: "127.0.0.1:" + strconv.Itoa(ports[1])}}
-	args := []string{"proxy-server", "--mode=grpc", "--uds-name=" + st.Server.Socket, "--delete-existing-uds-file",
+	args := []string{"--mode=grpc", "--uds-name=" + st.Server.Socket, "--delete-existing-uds-file", "--server-port=0",
 		"--agent-port=" + strconv.Itoa(ports[0]), "--agent-bind-address=127.0.0.1",
 		"--health-port=" + strconv.Itoa(ports[1]), "--health-bind-address=127.0.0.1",
 		"--admin-port=" + strconv.Itoa(ports[2]), "--admin-bind-address=127.0.0.1",
@@ -121,11 +122,13 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 		// server reads; a dial for no node's address takes the host's
 		// default-route agent, never a node's (default would pick any).
 		args[slices.Index(args, "--proxy-strategies=destHost,default")] = "--proxy-strategies=destHost,defaultRoute"
-		kubeconfig, err := proxyServerKubeconfig(ctx, env)
-		if err != nil {
-			return err
+		if !upstream {
+			kubeconfig, err := proxyServerKubeconfig(ctx, env)
+			if err != nil {
+				return err
+			}
+			args = append(args, "--kubeconfig="+kubeconfig)
 		}
-		args = append(args, "--kubeconfig="+kubeconfig)
 		// The cloud serves the agent port at the gateway (cloudArgs).
 		env.realNet.agentTarget = st.Server.AgentAddress
 		if env.chartAgents() {
@@ -136,7 +139,11 @@ func startNetworkProxyServer(ctx context.Context, s *stack, env *environment) er
 				"--authentication-audience="+chartAgentAudience, "--allow-certificate-agents")
 		}
 	}
+	args = append(lead, upstreamProxyArgs(args, upstream)...)
 	logPath := filepath.Join(env.logs(), "proxy-server.log")
+	if upstream {
+		s.p.step("network proxy", "running %s and its proxy-agent instead of Portside's (--network-proxy-binaries), with upstream's flags: it believes whatever addresses an agent claims, so this is for comparison only", exe)
+	}
 	s.p.step("network proxy", "starting proxy-server for kube-apiserver's cluster egress (socket %s, agents at %s; log %s)", st.Server.Socket, st.Server.AgentAddress, logPath)
 	run := func() (*proc.Process, error) {
 		p, err := proc.Start("proxy-server", exe, args, nil, logPath)
@@ -205,7 +212,7 @@ func startNetworkProxyAgents(ctx context.Context, s *stack, env *environment) er
 // ids, a gateway bound to no node (its certificate's group is allowed route
 // claims), and records it in the state.
 func startHostAgent(ctx context.Context, s *stack, env *environment, part netproxyPart, ids url.Values) (*proc.Process, error) {
-	exe, err := os.Executable()
+	exe, lead, err := env.proxyCommand("proxy-agent")
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +228,7 @@ func startHostAgent(ctx context.Context, s *stack, env *environment, part netpro
 		return nil, err
 	}
 	part.Health = "127.0.0.1:" + strconv.Itoa(ports[0])
-	args := []string{"proxy-agent", "--proxy-server-host=" + host, "--proxy-server-port=" + port,
+	args := []string{"--proxy-server-host=" + host, "--proxy-server-port=" + port,
 		"--agent-id=" + id, "--agent-identifiers=" + ids.Encode(),
 		"--ca-cert=" + env.cp.CAFile(), "--agent-cert=" + cert.CertFile, "--agent-key=" + cert.KeyFile,
 		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(ports[0]),
@@ -231,6 +238,7 @@ func startHostAgent(ctx context.Context, s *stack, env *environment, part netpro
 		// get a moment, not the open-ended drain of a rolling restart.
 		"--drain-timeout=1s",
 	}
+	args = append(lead, upstreamProxyArgs(args, env.netproxyBinaries != "")...)
 	logPath := filepath.Join(env.logs(), "proxy-"+id+".log")
 	run := func() (*proc.Process, error) {
 		p, err := proc.Start(id, exe, args, nil, logPath)
@@ -266,7 +274,7 @@ func nodeAgentUserData(env *environment, node, userData string) (string, error) 
 	if err := json.Unmarshal([]byte(userData), &c); err != nil {
 		return "", err
 	}
-	exe, err := os.Executable()
+	exe, _, err := env.proxyCommand("proxy-agent")
 	if err != nil {
 		return "", err
 	}
@@ -281,7 +289,7 @@ func nodeAgentUserData(env *environment, node, userData string) (string, error) 
 			return "", err
 		}
 	}
-	c.ProxyAgent = &realnode.ProxyAgent{Bin: exe, Server: netip.AddrPortFrom(env.realNet.gateway(), agentGatewayPort).String(),
+	c.ProxyAgent = &realnode.ProxyAgent{Bin: exe, Upstream: env.netproxyBinaries != "", Server: netip.AddrPortFrom(env.realNet.gateway(), agentGatewayPort).String(),
 		CAFile: c.CAFile, CertFile: certFile, KeyFile: keyFile}
 	data, err := json.Marshal(c)
 	return string(data), err

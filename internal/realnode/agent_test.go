@@ -53,22 +53,31 @@ func TestAgentArgs(t *testing.T) {
 	for _, tc := range []struct {
 		name, nodeIP string
 		health       int
+		upstream     bool
 		want         []string
 	}{
-		{"IPv4 node", "198.18.0.11", 0, []string{"--agent-id=node-1", "--agent-identifiers=host=node-1&ipv4=198.18.0.11",
+		{"IPv4 node", "198.18.0.11", 0, false, []string{"--agent-id=node-1", "--agent-identifiers=host=node-1&ipv4=198.18.0.11",
 			"--health-server-host=198.18.0.11", "--health-server-port=8093", "--admin-bind-address=127.0.0.1", "--admin-server-port=8094"}},
-		{"IPv6 node", "fd12::11", 18093, []string{"--agent-identifiers=host=node-1&ipv6=fd12%3A%3A11",
+		{"IPv6 node", "fd12::11", 18093, false, []string{"--agent-identifiers=host=node-1&ipv6=fd12%3A%3A11",
 			"--health-server-host=fd12::11", "--health-server-port=18093", "--admin-server-port=18094"}},
+		// Upstream's agent (up --network-proxy-binaries): the same
+		// identity and ports, no subcommand and no --drain-timeout,
+		// which it would refuse.
+		{"upstream's agent", "198.18.0.11", 0, true, []string{"--agent-id=node-1", "--agent-identifiers=host=node-1&ipv4=198.18.0.11",
+			"--health-server-host=198.18.0.11", "--health-server-port=8093", "--admin-server-port=8094"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := withAgent(validConfig())
-			c.NodeIP, c.ProxyAgent.HealthPort = tc.nodeIP, tc.health
+			c.NodeIP, c.ProxyAgent.HealthPort, c.ProxyAgent.Upstream = tc.nodeIP, tc.health, tc.upstream
 			args := agentArgs(c)
-			if args[0] != "proxy-agent" {
-				t.Errorf("args %q: want the proxy-agent subcommand first", args)
+			if got := args[0] == "proxy-agent"; got == tc.upstream {
+				t.Errorf("args %q: the proxy-agent subcommand first is %v, want %v", args, got, !tc.upstream)
+			}
+			if got := slices.Contains(args, "--drain-timeout=1s"); got == tc.upstream {
+				t.Errorf("args %q: --drain-timeout=1s is there %v, want %v", args, got, !tc.upstream)
 			}
 			for _, w := range append(tc.want, "--proxy-server-host=198.18.0.1", "--proxy-server-port=8132", "--ca-cert=/d/ca.crt",
-				"--agent-cert=/d/proxy-agent-node-1.crt", "--agent-key=/d/proxy-agent-node-1.key", "--drain-timeout=1s") {
+				"--agent-cert=/d/proxy-agent-node-1.crt", "--agent-key=/d/proxy-agent-node-1.key") {
 				if !slices.Contains(args, w) {
 					t.Errorf("args %q lack %q", args, w)
 				}

@@ -118,17 +118,21 @@ func agentArgs(c *BootConfig) []string {
 	} else {
 		ids.Set("ipv6", c.NodeIP)
 	}
-	return []string{"proxy-agent", "--proxy-server-host=" + host, "--proxy-server-port=" + port,
+	args := []string{"--proxy-server-host=" + host, "--proxy-server-port=" + port,
 		"--agent-id=" + c.NodeName, "--agent-identifiers=" + ids.Encode(),
 		"--ca-cert=" + a.CAFile, "--agent-cert=" + a.CertFile, "--agent-key=" + a.KeyFile,
 		"--health-server-host=" + c.NodeIP, "--health-server-port=" + strconv.Itoa(health),
 		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(health+1),
-		// Its tunnels get a moment when the machine stops, not the
-		// open-ended drain of a rolling restart: a powered-off machine's
-		// connections end anyway.
-		"--drain-timeout=1s",
 		fmt.Sprintf("--v=%d", c.Verbosity),
 	}
+	if a.Upstream {
+		// Upstream's agent has no drain to shorten and no subcommand.
+		return args
+	}
+	// Its tunnels get a moment when the machine stops, not the open-ended
+	// drain of a rolling restart: a powered-off machine's connections end
+	// anyway.
+	return append(append([]string{"proxy-agent"}, args...), "--drain-timeout=1s")
 }
 
 // paths are the host directories the agent needs inside the machine (nil

@@ -86,8 +86,13 @@ type BootConfig struct {
 // they are always this node's (the server grants no other to a
 // node-bound credential anyway).
 type ProxyAgent struct {
-	// Bin is the portside binary (host path).
+	// Bin is the portside binary (host path), or with Upstream another
+	// proxy-agent binary.
 	Bin string `json:"bin"`
+	// Upstream: Bin is upstream apiserver-network-proxy's proxy-agent
+	// (`up --network-proxy-binaries`), run with upstream's flags only (no
+	// subcommand, no --drain-timeout).
+	Upstream bool `json:"upstream,omitempty"`
 	// Server is host:port of the proxy server's agent port (the VPC
 	// gateway).
 	Server string `json:"server"`
