@@ -255,33 +255,6 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 		return exec.Command(kubectl[0], append(slices.Clone(kubectl[1:]), args...)...)
 	}
 
-	// port-forward: reads of cfg.bulk each on a new connection.
-	pf := run("port-forward", "pod/"+pod.Name, ":"+strconv.Itoa(bulkPort))
-	pfOut := &syncBuffer{}
-	pf.Stdout, pf.Stderr = pfOut, pfOut
-	if err := pf.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
-	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> ` + strconv.Itoa(bulkPort))
-	waitUntil(tb, 30*time.Second, "kubectl port-forward listening", func() bool { return re.MatchString(pfOut.String()) })
-	local := "127.0.0.1:" + re.FindStringSubmatch(pfOut.String())[1]
-	// The first connection sets up kubectl's stream to the kubelet; it is
-	// not what is measured.
-	if _, err := readFrom(local, 1<<20); err != nil {
-		tb.Fatalf("kubectl port-forward to %s: %v\n%s", pod.Name, err, pfOut.String())
-	}
-	for range cfg.reads {
-		c0 := cpu()
-		took, err := readFrom(local, cfg.bulk)
-		if err != nil {
-			tb.Fatalf("kubectl port-forward to %s: %v\n%s", pod.Name, err, pfOut.String())
-		}
-		r.proxyCPUBulk += cpu() - c0
-		r.bytes += cfg.bulk
-		r.readTime += took
-	}
-
 	// exec -i cat: 64-byte round trips on one stream.
 	ex := run("exec", "-i", pod.Name, "-c", "shell", "--", "cat")
 	stdin, err := ex.StdinPipe()
@@ -339,6 +312,48 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 		}
 		r.execs = append(r.execs, time.Since(began))
 	}
+
+	// port-forward last, on one connection: when a reader closes its
+	// connection the pod's sender goes on for a second or two, until the
+	// close reaches it (kubectl's half-close, then the kubelet's), and
+	// would slow whatever came next.
+	pf := run("port-forward", "pod/"+pod.Name, ":"+strconv.Itoa(bulkPort))
+	pfOut := &syncBuffer{}
+	pf.Stdout, pf.Stderr = pfOut, pfOut
+	if err := pf.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> ` + strconv.Itoa(bulkPort))
+	waitUntil(tb, 30*time.Second, "kubectl port-forward listening", func() bool { return re.MatchString(pfOut.String()) })
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+re.FindStringSubmatch(pfOut.String())[1], 10*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Minute))
+	read := func(n int64) (time.Duration, error) {
+		began := time.Now()
+		if got, err := io.CopyN(io.Discard, conn, n); err != nil {
+			return 0, fmt.Errorf("kubectl port-forward to %s: read %d of %d bytes: %w\n%s", pod.Name, got, n, err, pfOut.String())
+		}
+		return time.Since(began), nil
+	}
+	// The first MiB sets up kubectl's stream to the kubelet and fills the
+	// windows on the way; it is not measured.
+	if _, err := read(1 << 20); err != nil {
+		tb.Fatal(err)
+	}
+	for range cfg.reads {
+		c0 := cpu()
+		took, err := read(cfg.bulk)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.proxyCPUBulk += cpu() - c0
+		r.bytes += cfg.bulk
+		r.readTime += took
+	}
 }
 
 func allContainersReady(p *corev1.Pod) bool {
@@ -351,22 +366,6 @@ func allContainersReady(p *corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-// readFrom reads n bytes from a new connection to addr and closes it.
-func readFrom(addr string, n int64) (time.Duration, error) {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Minute))
-	began := time.Now()
-	got, err := io.CopyN(io.Discard, c, n)
-	if err != nil {
-		return 0, fmt.Errorf("read %d of %d bytes: %w", got, n, err)
-	}
-	return time.Since(began), nil
 }
 
 // proxyPIDs are the network proxy's processes on data's path, by
