@@ -406,15 +406,19 @@ func (st *Stream) WriteTo(w io.Writer) (int64, error) {
 
 // consumeLocked counts n bytes read and returns the credit to send back:
 // in batches of a quarter window, so a bulk transfer costs a credit frame
-// per 256 KiB, and at once when all was read (a small exchange is never
-// left waiting for credit).
+// per 256 KiB and an exchange of small messages (an exec's keystrokes, a
+// kubelet's responses) one per 256 KiB too, not one per message: that
+// was a frame, a TLS record and a system call on each side per message,
+// a third of the link's work per round trip. It cannot leave the sender
+// waiting: it waits only with no credit, when a whole window is unread or
+// uncredited here or on its way, and a quarter of it read sends credit.
 func (st *Stream) consumeLocked(n int) int {
 	if st.local || st.err != nil {
 		return 0 // Close dropped what was buffered; nothing to credit
 	}
 	st.buffered -= n
 	st.consumed += n
-	if st.consumed >= st.s.window/4 || (st.buffered == 0 && st.consumed > 0) {
+	if st.consumed >= st.s.window/4 {
 		c := st.consumed
 		st.consumed = 0
 		if st.remote || st.err != nil {
