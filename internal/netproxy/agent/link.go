@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -205,7 +206,10 @@ func (s *session) linkDial(r *link.Request) {
 	s.a.m.openEndpointConns.Inc()
 	defer s.a.m.openEndpointConns.Dec()
 	toDest := make(chan struct{})
-	cc := countedConn{nc, s.a.m}
+	cc := countedConn{Conn: nc, m: s.a.m}
+	if sc, ok := nc.(syscall.Conn); ok {
+		cc.rc, _ = sc.SyscallConn()
+	}
 	go func() {
 		defer close(toDest)
 		_, _ = st.WriteTo(cc)
@@ -234,6 +238,29 @@ func (s *session) pingLink() error {
 type countedConn struct {
 	net.Conn
 	m *metrics
+	// rc writes without waiting (TryWrite): the link's reader writes
+	// small payloads to the destination itself (link.TryWriter).
+	rc syscall.RawConn
+}
+
+// TryWrite is one write(2) on the non-blocking socket, however much it
+// takes, 0 when it takes nothing or fails (WriteTo's Write then waits or
+// meets the failure).
+func (c countedConn) TryWrite(p []byte) int {
+	if c.rc == nil {
+		return 0
+	}
+	n := 0
+	_ = c.rc.Write(func(fd uintptr) bool {
+		if w, err := syscall.Write(int(fd), p); err == nil {
+			n = w
+		}
+		return true // never wait for the socket to be writable
+	})
+	if n > 0 {
+		c.m.packet(client.PacketType_DATA)
+	}
+	return n
 }
 
 func (c countedConn) Write(p []byte) (int, error) {

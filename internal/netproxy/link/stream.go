@@ -37,6 +37,21 @@ type Stream struct {
 	remote  bool  // the peer's Close arrived
 	err     error // the session failed
 	removed bool
+	// direct is WriteTo's destination when it can take writes that never
+	// wait (TryWriter): the session's reader then writes what arrives
+	// straight to it while nothing is queued and WriteTo is not writing
+	// (writing), instead of waking WriteTo's goroutine for each payload.
+	direct  TryWriter
+	writing bool
+}
+
+// TryWriter is a destination (the agent's socket to it) that can take a
+// write without waiting: TryWrite writes what fits of p now (a
+// non-blocking socket's one write(2)) and says how much, 0 on any
+// failure (the next Write meets it).
+type TryWriter interface {
+	io.Writer
+	TryWrite(p []byte) int
 }
 
 func newStream(s *Session, id uint64) *Stream {
@@ -264,13 +279,31 @@ func (st *Stream) push(buf []byte) error {
 		putBuf(buf)
 		return fmt.Errorf("portside-link: connection %d sent %d bytes over its credit of %d", st.id, st.buffered+len(buf)-st.s.window, st.s.window)
 	}
+	st.buffered += len(buf)
+	if st.direct != nil && len(st.recv) == 0 && !st.writing {
+		// Nothing queued before it and WriteTo not writing: written here,
+		// in order, with one system call and no goroutine woken (the
+		// lock is held only for a write that does not wait). What did
+		// not fit is queued for WriteTo as usual.
+		n := st.direct.TryWrite(buf)
+		if credit := st.consumeLocked(n); credit > 0 {
+			// The reader never waits for the write path.
+			_ = st.s.writeFrameAsync(header{typ: frameCredit, id: st.id}, creditPayload(credit))
+		}
+		if n == len(buf) {
+			putBuf(buf)
+			return nil
+		}
+		st.recv, st.off = append(st.recv, buf), n
+		st.cond.Broadcast()
+		return nil
+	}
 	if n := len(st.recv); n > 0 && cap(st.recv[n-1])-len(st.recv[n-1]) >= len(buf) {
 		st.recv[n-1] = append(st.recv[n-1], buf...)
 		putBuf(buf)
 	} else {
 		st.recv = append(st.recv, buf)
 	}
-	st.buffered += len(buf)
 	st.cond.Broadcast()
 	return nil
 }
@@ -372,7 +405,21 @@ func (st *Stream) Read(p []byte) (int, error) {
 // agent's path to its destination). After it returns the caller closes
 // both w's connection and the stream: a stream stays on its session
 // until Close, whatever the peer did.
+//
+// A w that is a TryWriter is also written by the session's reader itself
+// while nothing is queued (push): the count returned is then only what
+// WriteTo wrote.
 func (st *Stream) WriteTo(w io.Writer) (int64, error) {
+	if tw, ok := w.(TryWriter); ok {
+		st.mu.Lock()
+		st.direct = tw
+		st.mu.Unlock()
+		defer func() {
+			st.mu.Lock()
+			st.direct = nil
+			st.mu.Unlock()
+		}()
+	}
 	var total int64
 	for {
 		st.mu.Lock()
@@ -390,11 +437,13 @@ func (st *Stream) WriteTo(w io.Writer) (int64, error) {
 		buf, off := st.recv[0], st.off
 		st.recv[0] = nil
 		st.recv, st.off = st.recv[1:], 0
+		st.writing = true
 		st.mu.Unlock()
 		n, err := w.Write(buf[off:])
 		total += int64(n)
 		putBuf(buf)
 		st.mu.Lock()
+		st.writing = false
 		credit := st.consumeLocked(len(buf) - off)
 		st.mu.Unlock()
 		st.sendCredit(credit)
@@ -431,10 +480,14 @@ func (st *Stream) consumeLocked(n int) int {
 
 func (st *Stream) sendCredit(n int) {
 	if n > 0 {
-		var b [4]byte
-		b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-		_ = st.s.writeFrame(header{typ: frameCredit, id: st.id}, b[:])
+		_ = st.s.writeFrame(header{typ: frameCredit, id: st.id}, creditPayload(n))
 	}
+}
+
+func creditPayload(n int) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(n))
+	return b[:]
 }
 
 // Write sends p, waiting for credit: a peer that stops reading stops its
