@@ -163,7 +163,7 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 	var r realBenchResult
 	start := func() (stop func()) {
 		began := time.Now()
-		up, out, done := startUp(tb, bin, root, "--node-mode=real", "--nodes", strconv.Itoa(cfg.nodes), "--data-dir", data)
+		stop, out := startRealUp(tb, bin, root, data, "--nodes", strconv.Itoa(cfg.nodes))
 		answered, err := demoAnswered(out.String())
 		if err != nil {
 			tb.Fatal(err)
@@ -173,15 +173,7 @@ func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
 		} else {
 			r.warmUp, r.warmDemo = time.Since(began), answered
 		}
-		return func() {
-			_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
-			select {
-			case <-done:
-			case <-time.After(2 * time.Minute):
-				_ = up.Process.Kill()
-				<-done
-			}
-		}
+		return stop
 	}
 	stop := start()
 	// Whatever fails, nothing of the environment outlives the benchmark.

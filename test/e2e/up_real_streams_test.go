@@ -97,14 +97,17 @@ func BenchmarkUpRealNodesKubectlStreams(b *testing.B) {
 }
 
 // TestUpRealNodesKubectlStreamsSmoke runs the benchmark's harness small
-// (one round, 1 MiB reads, 20 round trips, 2 execs), for make test: each
+// (one round, a 16 MiB read, 20 round trips, 2 execs), for make test: each
 // contender's port-forward delivered its bytes, every echo came back
 // intact, the proxies' CPU was seen, and the streams went through the
 // proxy each contender names (its processes, not the other's). No timing
 // is checked.
 func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 	vpctest.RequireRoot(t)
-	res := runStreamsBench(t, streamsConfig{rounds: 1, reads: 1, bulk: 1 << 20, roundTrips: 20, execs: 2})
+	// 16 MiB: enough for the proxy's CPU to show in /proc's 10 ms ticks
+	// (about 45 ms of Portside's, 130 of upstream's).
+	const bulk = 16 << 20
+	res := runStreamsBench(t, streamsConfig{rounds: 1, reads: 1, bulk: bulk, roundTrips: 20, execs: 2})
 	var names []string
 	for _, r := range res {
 		names = append(names, r.name)
@@ -115,8 +118,8 @@ func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 		}
 		t.Logf("%s: %d bytes in %v, %d round trips (p50 %v), %d execs, proxy CPU %.3f s, proxies %q",
 			r.name, r.bytes, r.readTime, len(r.roundTrips), percentile(r.roundTrips, 0.5), len(r.execs), r.proxyCPUBulk+r.proxyCPURT, short)
-		if r.bytes != 1<<20 || r.readTime <= 0 || len(r.roundTrips) != 20 || len(r.execs) != 2 {
-			t.Errorf("%s: %d bytes, %d round trips, %d execs: want 1 MiB, 20 and 2", r.name, r.bytes, len(r.roundTrips), len(r.execs))
+		if r.bytes != bulk || r.readTime <= 0 || len(r.roundTrips) != 20 || len(r.execs) != 2 {
+			t.Errorf("%s: %d bytes, %d round trips, %d execs: want 16 MiB, 20 and 2", r.name, r.bytes, len(r.roundTrips), len(r.execs))
 		}
 		switch r.name {
 		case streamsDirect:
@@ -125,7 +128,7 @@ func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 			}
 		default:
 			if r.proxyCPUBulk <= 0 {
-				t.Errorf("%s: the proxy spent no CPU on 1 MiB of port-forward: not through it", r.name)
+				t.Errorf("%s: the proxy spent no CPU on 16 MiB of port-forward: not through it", r.name)
 			}
 			if len(r.proxies) != 2 {
 				t.Errorf("%s: proxies %v, want the server and the node's agent", r.name, r.proxies)
@@ -196,7 +199,7 @@ func runStreamsBench(tb testing.TB, cfg streamsConfig) []streamsResult {
 	for round := range cfg.rounds {
 		for i := range order {
 			name := order[(i+round)%len(order)]
-			stop := startRealUp(tb, bin, root, data, flags[name]...)
+			stop, _ := startRealUp(tb, bin, root, data, append([]string{"--nodes", "1"}, flags[name]...)...)
 			measureStreams(tb, data, binDir, fmt.Sprintf("%s-%d", name, round), cfg, res[name])
 			stop()
 		}
@@ -208,10 +211,10 @@ func runStreamsBench(tb testing.TB, cfg streamsConfig) []streamsResult {
 	return out
 }
 
-// startRealUp runs `up` with one real node on data until ready and
-// returns what stops it (down, then up's exit awaited).
-func startRealUp(tb testing.TB, bin, root, data string, extra ...string) (stop func()) {
-	up, _, done := startUp(tb, bin, root, append([]string{"--node-mode=real", "--nodes", "1", "--data-dir", data}, extra...)...)
+// startRealUp runs `up` with real nodes on data until ready and returns
+// its output and what stops it (down, then up's exit awaited).
+func startRealUp(tb testing.TB, bin, root, data string, extra ...string) (stop func(), out *syncBuffer) {
+	up, out, done := startUp(tb, bin, root, append([]string{"--node-mode=real", "--data-dir", data}, extra...)...)
 	return func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {
@@ -220,7 +223,7 @@ func startRealUp(tb testing.TB, bin, root, data string, extra ...string) (stop f
 			_ = up.Process.Kill()
 			<-done
 		}
-	}
+	}, out
 }
 
 // measureStreams runs one contender's round against a pod of its own

@@ -102,9 +102,21 @@ func RunSuite(ctx context.Context, o SuiteOptions) ([]Result, []string, error) {
 	watched := make(chan struct{})
 	go func() { defer close(watched); images.watch(watchCtx, o.Kubeconfig) }()
 
+	// Some specs leave files in the temporary directory (upstream's kuberc
+	// spec writes test-kuberc*/kuberc.yaml and never removes it): the
+	// suite gets a directory of its own, removed when it ends, so the
+	// machine's /tmp is left as it was found.
+	tmp, err := os.MkdirTemp("", "portside-e2e-tmp-")
+	if err != nil {
+		stopWatch()
+		<-watched
+		return nil, nil, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
 	args := o.Args()
-	logger.Info("Running upstream e2e", "run", o.Run.Name, "ginkgo", o.Ginkgo, "args", args)
+	logger.Info("Running upstream e2e", "run", o.Run.Name, "ginkgo", o.Ginkgo, "args", args, "tmpdir", tmp)
 	cmd := exec.CommandContext(ctx, o.Ginkgo, args...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = w, w
 	// ginkgo and its e2e.test processes are a process group of their own.
 	// On Ctrl-C of the runner the group gets SIGINT, as from a terminal:
