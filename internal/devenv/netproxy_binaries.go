@@ -23,7 +23,9 @@ import (
 
 // portsideOnlyProxyFlags are the flags up gives Portside's proxy-server and
 // proxy-agent that upstream's v0.34 binaries do not define (they would
-// refuse to start).
+// refuse to start: --allow-route-claims, --drain-timeout) or take for
+// something else (--kubeconfig: upstream's server reads agents' tokens and
+// leases with it, not Nodes, and up gives it none of those to do).
 var portsideOnlyProxyFlags = []string{"--allow-route-claims", "--kubeconfig", "--drain-timeout"}
 
 // upstreamProxyArgs is args without the flags only Portside's proxy

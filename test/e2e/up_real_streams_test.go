@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,10 +99,12 @@ func BenchmarkUpRealNodesKubectlStreams(b *testing.B) {
 
 // TestUpRealNodesKubectlStreamsSmoke runs the benchmark's harness small
 // (one round, a 16 MiB read, 20 round trips, 2 execs), for make test: each
-// contender's port-forward delivered its bytes, every echo came back
-// intact, the proxies' CPU was seen, and the streams went through the
-// proxy each contender names (its processes, not the other's). No timing
-// is checked.
+// contender's port-forward delivered its bytes, every numbered echo came
+// back intact and in order, and the streams went through the proxy each
+// contender names: its processes (not the other's) spent CPU on the bytes,
+// the node's agent counted the echoes' packets towards the kubelet, and
+// Portside's server had both agents on portside-link/2. No timing is
+// checked.
 func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 	vpctest.RequireRoot(t)
 	// 16 MiB: enough for the proxy's CPU to show in /proc's 10 ms ticks
@@ -127,6 +130,14 @@ func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 				t.Errorf("direct: proxies %v running, want none", r.proxies)
 			}
 		default:
+			// Each echo's request is at least one DATA packet to the
+			// kubelet from the node's agent.
+			if r.agentPackets < 20 {
+				t.Errorf("%s: the node's agent sent %d DATA packets towards the kubelet over 20 round trips: not through it", r.name, r.agentPackets)
+			}
+			if want := map[string]int{streamsUpstream: -1, streamsPortside: 2}[r.name]; r.links != want {
+				t.Errorf("%s: the server has %d agents on portside-link/2, want %d (-1: upstream's says nothing)", r.name, r.links, want)
+			}
 			if r.proxyCPUBulk <= 0 {
 				t.Errorf("%s: the proxy spent no CPU on 16 MiB of port-forward: not through it", r.name)
 			}
@@ -168,6 +179,11 @@ type streamsResult struct {
 	// proxies are the proxy processes measured (the last round's), by
 	// their command lines.
 	proxies []string
+	// agentPackets is how many DATA packets the node's agent counted
+	// towards the kubelet over the round trips (summed over rounds);
+	// links the server's agents on portside-link/2 (the last round's; -1
+	// where the server does not say: upstream's, or none).
+	agentPackets, links int
 }
 
 func (r streamsResult) mbPerSec() float64 { return float64(r.bytes) / 1e6 / r.readTime.Seconds() }
@@ -199,9 +215,12 @@ func runStreamsBench(tb testing.TB, cfg streamsConfig) []streamsResult {
 	for round := range cfg.rounds {
 		for i := range order {
 			name := order[(i+round)%len(order)]
-			stop, _ := startRealUp(tb, bin, root, data, append([]string{"--nodes", "1"}, flags[name]...)...)
-			measureStreams(tb, data, binDir, fmt.Sprintf("%s-%d", name, round), cfg, res[name])
-			stop()
+			func() {
+				// Stopped however the round ends (a Fatal included).
+				stop, _ := startRealUp(tb, bin, root, data, append([]string{"--nodes", "1"}, flags[name]...)...)
+				defer stop()
+				measureStreams(tb, data, binDir, fmt.Sprintf("%s-%d", name, round), cfg, res[name])
+			}()
 		}
 	}
 	out := make([]streamsResult, 0, len(order))
@@ -251,6 +270,11 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 		return err == nil && p.Status.Phase == corev1.PodRunning && allContainersReady(p)
 	})
 	proxies := proxyPIDs(tb, data)
+	serverHealth, agentHealth := proxyHealth(tb, data, "node-1")
+	r.links = -1
+	if serverHealth != "" {
+		r.links = metricSum(tb, serverHealth, linkBackends)
+	}
 	r.proxies = r.proxies[:0]
 	for _, pid := range proxies {
 		r.proxies = append(r.proxies, cmdline(pid))
@@ -282,9 +306,16 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 	if err := ex.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	msg, got := bytes.Repeat([]byte("p"), 63), make([]byte, 64)
-	msg = append(msg, '\n')
+	defer func() { _ = ex.Process.Kill(); _ = ex.Wait() }()
+	// A stream that stalls fails the round instead of hanging it.
+	watchdog := time.AfterFunc(5*time.Minute, func() { _ = ex.Process.Kill() })
+	defer watchdog.Stop()
+	// Each message is numbered: a byte lost, repeated or reordered on
+	// the way shows.
+	seq, got := 0, make([]byte, 64)
 	echo := func() (time.Duration, error) {
+		seq++
+		msg := []byte(fmt.Sprintf("%063d\n", seq))
 		began := time.Now()
 		if _, err := stdin.Write(msg); err != nil {
 			return 0, err
@@ -302,7 +333,13 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 			tb.Fatalf("kubectl exec -i cat in %s: %v\n%s", pod.Name, err, exErr.String())
 		}
 	}
-	c0 := cpu()
+	packets := func() int {
+		if agentHealth == "" {
+			return 0
+		}
+		return metricSum(tb, agentHealth, agentDataToAgent)
+	}
+	c0, p0 := cpu(), packets()
 	for range cfg.roundTrips {
 		d, err := echo()
 		if err != nil {
@@ -311,10 +348,8 @@ func measureStreams(tb testing.TB, data, binDir, name string, cfg streamsConfig,
 		r.roundTrips = append(r.roundTrips, d)
 	}
 	r.proxyCPURT += cpu() - c0
+	r.agentPackets += packets() - p0
 	_ = stdin.Close()
-	if err := ex.Wait(); err != nil {
-		tb.Errorf("kubectl exec -i cat in %s: %v\n%s", pod.Name, err, exErr.String())
-	}
 
 	// exec true, whole.
 	for range cfg.execs {
@@ -378,6 +413,64 @@ func allContainersReady(p *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// The proxies' own counts, read from their /metrics: the server's agents
+// on portside-link/2 (Portside's only), and the DATA packets an agent
+// sent towards its destinations (both).
+var (
+	linkBackends     = regexp.MustCompile(`(?m)^konnectivity_network_proxy_server_portside_link_backends (\d+)`)
+	agentDataToAgent = regexp.MustCompile(`(?m)^konnectivity_network_proxy_agent_stream_packets_total\{packet_type="DATA",segment="to_agent"\} (\d+)`)
+)
+
+// metricSum sums what re matches on addr's /metrics; -1 when nothing does.
+func metricSum(tb testing.TB, addr string, re *regexp.Regexp) int {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/metrics")
+	if err != nil {
+		tb.Fatalf("metrics of %s: %v", addr, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n, found := 0, false
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		v, _ := strconv.Atoi(m[1])
+		n, found = n+v, true
+	}
+	if !found {
+		return -1
+	}
+	return n
+}
+
+// proxyHealth is where up's network proxy state says the server and the
+// node's agent serve /metrics ("" without the proxy).
+func proxyHealth(tb testing.TB, data, node string) (server, agent string) {
+	b, err := os.ReadFile(filepath.Join(data, "netproxy", "state.json"))
+	if os.IsNotExist(err) {
+		return "", ""
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var st struct {
+		Server struct{ Health string }
+		Agents []struct{ ID, Health string }
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		tb.Fatal(err)
+	}
+	for _, a := range st.Agents {
+		if a.ID == node {
+			agent = a.Health
+		}
+	}
+	if st.Server.Health == "" || agent == "" {
+		tb.Fatalf("network proxy state without the server's or %s's agent's health address: %s", node, b)
+	}
+	return st.Server.Health, agent
 }
 
 // proxyPIDs are the network proxy's processes on data's path, by

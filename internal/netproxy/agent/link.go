@@ -238,8 +238,9 @@ func (s *session) pingLink() error {
 type countedConn struct {
 	net.Conn
 	m *metrics
-	// rc writes without waiting (TryWrite): the link's reader writes
-	// small payloads to the destination itself (link.TryWriter).
+	// rc writes without waiting (TryWrite): the link's reader writes a
+	// payload to the destination itself when nothing is queued before it
+	// and the socket takes it (link.TryWriter).
 	rc syscall.RawConn
 }
 
@@ -257,7 +258,9 @@ func (c countedConn) TryWrite(p []byte) int {
 		}
 		return true // never wait for the socket to be writable
 	})
-	if n > 0 {
+	if n == len(p) {
+		// A payload only partly taken is counted by the Write of the
+		// rest: one packet either way.
 		c.m.packet(client.PacketType_DATA)
 	}
 	return n

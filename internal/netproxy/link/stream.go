@@ -286,17 +286,20 @@ func (st *Stream) push(buf []byte) error {
 		// lock is held only for a write that does not wait). What did
 		// not fit is queued for WriteTo as usual.
 		n := st.direct.TryWrite(buf)
+		var err error
 		if credit := st.consumeLocked(n); credit > 0 {
-			// The reader never waits for the write path.
-			_ = st.s.writeFrameAsync(header{typ: frameCredit, id: st.id}, creditPayload(credit))
+			// The reader never waits for the write path; a credit it
+			// could not queue would leave the sender waiting for ever,
+			// so that fails the session (as a pong would).
+			err = st.s.writeFrameAsync(header{typ: frameCredit, id: st.id}, creditPayload(credit))
 		}
 		if n == len(buf) {
 			putBuf(buf)
-			return nil
+			return err
 		}
 		st.recv, st.off = append(st.recv, buf), n
 		st.cond.Broadcast()
-		return nil
+		return err
 	}
 	if n := len(st.recv); n > 0 && cap(st.recv[n-1])-len(st.recv[n-1]) >= len(buf) {
 		st.recv[n-1] = append(st.recv[n-1], buf...)
@@ -444,6 +447,10 @@ func (st *Stream) WriteTo(w io.Writer) (int64, error) {
 		putBuf(buf)
 		st.mu.Lock()
 		st.writing = false
+		if err != nil {
+			// What followed buf must not reach w past the bytes lost.
+			st.direct = nil
+		}
 		credit := st.consumeLocked(len(buf) - off)
 		st.mu.Unlock()
 		st.sendCredit(credit)
