@@ -106,7 +106,7 @@ func TestUpInstallChart(t *testing.T) {
 			nodes++
 		}
 		if err := do(); err != nil {
-			t.Fatalf("%s: %v", what, err)
+			t.Fatalf("%s: %v\nwhat the roll left in %s:\n%s", what, err, devenv.ChartNamespace, chartState(kube, devenv.ChartNamespace))
 		}
 		took := time.Since(began)
 		ingress := <-svcDone
