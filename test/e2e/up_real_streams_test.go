@@ -119,8 +119,8 @@ func TestUpRealNodesKubectlStreamsSmoke(t *testing.T) {
 			f := strings.Fields(p)
 			short = append(short, strings.Join(f[:min(2, len(f))], " "))
 		}
-		t.Logf("%s: %d bytes in %v, %d round trips (p50 %v), %d execs, proxy CPU %.3f s, proxies %q",
-			r.name, r.bytes, r.readTime, len(r.roundTrips), percentile(r.roundTrips, 0.5), len(r.execs), r.proxyCPUBulk+r.proxyCPURT, short)
+		t.Logf("%s: %d bytes in %v, %d round trips (p50 %v), %d execs, proxy CPU %.3f s, the node agent's DATA packets %d, link agents %d, proxies %q",
+			r.name, r.bytes, r.readTime, len(r.roundTrips), percentile(r.roundTrips, 0.5), len(r.execs), r.proxyCPUBulk+r.proxyCPURT, r.agentPackets, r.links, short)
 		if r.bytes != bulk || r.readTime <= 0 || len(r.roundTrips) != 20 || len(r.execs) != 2 {
 			t.Errorf("%s: %d bytes, %d round trips, %d execs: want 16 MiB, 20 and 2", r.name, r.bytes, len(r.roundTrips), len(r.execs))
 		}
