@@ -14,17 +14,17 @@ import (
 // is given chosen by take (all, none, some), and everything on Write
 // (WriteTo's path), recording both.
 type tryWriter struct {
-	mu       sync.Mutex
-	got      bytes.Buffer
-	take     func(n int) int
-	tries    int // TryWrite calls that took something
-	writes   int // Write calls
+	mu     sync.Mutex
+	got    bytes.Buffer
+	take   func(n int) int
+	tries  int // TryWrite calls that took something
+	writes int // Write calls
 	// lateWrites are Write calls after a TryWrite took something: with a
 	// destination that takes all, none (WriteTo's first payloads may come
 	// before it is registered as the destination, but not after).
 	lateWrites int
-	wroteAll chan struct{}
-	want     int
+	wroteAll   chan struct{}
+	want       int
 }
 
 func (w *tryWriter) TryWrite(p []byte) int {
