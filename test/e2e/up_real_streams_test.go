@@ -421,6 +421,7 @@ func allContainersReady(p *corev1.Pod) bool {
 var (
 	linkBackends     = regexp.MustCompile(`(?m)^konnectivity_network_proxy_server_portside_link_backends (\d+)`)
 	agentDataToAgent = regexp.MustCompile(`(?m)^konnectivity_network_proxy_agent_stream_packets_total\{packet_type="DATA",segment="to_agent"\} (\d+)`)
+	agentDialOrData  = regexp.MustCompile(`(?m)^konnectivity_network_proxy_agent_stream_packets_total\{packet_type="(?:DIAL_REQ|DATA)",segment="to_agent"\} (\d+)`)
 )
 
 // metricSum sums what re matches on addr's /metrics; -1 when nothing does.

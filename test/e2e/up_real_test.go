@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -199,45 +198,8 @@ func throughTheProxy(t *testing.T, data string) {
 	// says; viaNodeAgent reads the DIAL_REQ and DATA packets proxy-server
 	// has sent it.
 	node := pods.Items[0].Spec.NodeName
-	viaNodeAgent := func() func() int {
-		b, err := os.ReadFile(filepath.Join(data, "netproxy", "state.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st struct{ Agents []struct{ ID, Health string } }
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatal(err)
-		}
-		health := ""
-		for _, a := range st.Agents {
-			if a.ID == node {
-				health = a.Health
-			}
-		}
-		if health == "" {
-			t.Fatalf("no agent on %s in the network proxy's state: %s", node, b)
-		}
-		re := regexp.MustCompile(`(?m)^konnectivity_network_proxy_agent_stream_packets_total\{packet_type="(?:DIAL_REQ|DATA)",segment="to_agent"\} (\d+)`)
-		return func() int {
-			t.Helper()
-			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + health + "/metrics")
-			if err != nil {
-				t.Fatalf("the agent on %s: %v", node, err)
-			}
-			defer func() { _ = resp.Body.Close() }()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for _, m := range re.FindAllStringSubmatch(string(body), -1) {
-				var v int
-				_, _ = fmt.Sscan(m[1], &v)
-				n += v
-			}
-			return n
-		}
-	}()
+	_, health := proxyHealth(t, data, node)
+	viaNodeAgent := func() int { return max(0, metricSum(t, health, agentDialOrData)) }
 	through := func(what string, before int) {
 		t.Helper()
 		if after := viaNodeAgent(); after <= before {
