@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +71,11 @@ type npPhase struct {
 	serverCPU         float64 // seconds over the phase
 	agentCPU          float64
 	clientCPU         float64 // this process: client library, echo and sink
-	load              string
+	// serverSys and agentSys count read- and write-like system calls over
+	// the phase (/proc/<pid>/io syscr + syscw): each is a kernel entry
+	// and, on a socket, often a wake-up of the peer.
+	serverSys, agentSys int64
+	load                string
 }
 
 func (p npPhase) perUnit() string {
@@ -97,8 +102,13 @@ func (p npPhase) String() string {
 	if p.phase == "bulk" {
 		rate = fmt.Sprintf("%.0f MB/s", float64(p.work)/p.elapsed.Seconds()/1e6)
 	}
-	return fmt.Sprintf("%s %s %s: %s; %s server %.3f agent %.3f proxy %.3f client %.3f (load %s)",
-		p.mode, p.impl, p.phase, rate, p.perUnit(), p.per(p.serverCPU), p.per(p.agentCPU), p.proxyPerOp(), p.per(p.clientCPU), p.load)
+	sys := ""
+	if p.work > 0 && p.phase != "bulk" {
+		sys = fmt.Sprintf("; read/write calls per op server %.1f agent %.1f",
+			float64(p.serverSys)/float64(p.work), float64(p.agentSys)/float64(p.work))
+	}
+	return fmt.Sprintf("%s %s %s: %s; %s server %.3f agent %.3f proxy %.3f client %.3f%s (load %s)",
+		p.mode, p.impl, p.phase, rate, p.perUnit(), p.per(p.serverCPU), p.per(p.agentCPU), p.proxyPerOp(), p.per(p.clientCPU), sys, p.load)
 }
 
 // runNPPhases starts one stack and runs the phases on it, each for window.
@@ -136,6 +146,7 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 	}
 	p := npPhase{mode: mode, impl: impl, phase: phase, load: loadAvg()}
 	s0, a0 := st.cpuSeconds()
+	ss0, as0 := procSyscalls(st.server.PID()), procSyscalls(st.agent.PID())
 	c0 := procCPUSeconds(os.Getpid())
 	start := time.Now()
 	stop := start.Add(window)
@@ -182,6 +193,25 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 	p.elapsed = time.Since(start)
 	s1, a1 := st.cpuSeconds()
 	p.serverCPU, p.agentCPU, p.clientCPU = s1-s0, a1-a0, procCPUSeconds(os.Getpid())-c0
+	p.serverSys, p.agentSys = procSyscalls(st.server.PID())-ss0, procSyscalls(st.agent.PID())-as0
 	wg.Wait()
 	return p
+}
+
+// procSyscalls is a process's read- and write-like system calls so far
+// (/proc/<pid>/io), or 0.
+func procSyscalls(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok && (k == "syscr" || k == "syscw") {
+			x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += x
+		}
+	}
+	return n
 }
