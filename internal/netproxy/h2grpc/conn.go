@@ -42,12 +42,12 @@ type serverConn struct {
 	// frames counts frames read, for keepalive.
 	frames atomic.Uint64
 
-	wmu      sync.Mutex
-	henc     *hpack.Encoder
-	hbuf     []byte // HEADERS blocks, encoded under wmu
-	scratch  []byte // frame headers and small frames of one write
-	iov      net.Buffers
-	flat     []byte // a write coalesced, where the conn has no writev (TLS)
+	wmu     sync.Mutex
+	henc    *hpack.Encoder
+	hbuf    []byte // HEADERS blocks, encoded under wmu
+	scratch []byte // frame headers and small frames of one write
+	iov     net.Buffers
+	flat    []byte // a write coalesced, where the conn has no writev (TLS)
 	// pending holds the reader's answers (settings and ping acks, window
 	// updates): they go with the next write, or when the reader has
 	// nothing buffered to read, so the frames of one read are answered in
