@@ -165,7 +165,7 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 			b.Fatal(err)
 		}
 		if r.dialErrs != 0 {
-			b.Errorf("%s %s: %d dials failed", mode, impl, r.dialErrs)
+			b.Errorf("%s %s: %d dials failed, the first: %v", mode, impl, r.dialErrs, r.firstDialErr)
 		}
 		p.work = r.dials
 	case "rtt":

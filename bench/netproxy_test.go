@@ -203,6 +203,7 @@ type npResult struct {
 	rtts []time.Duration
 
 	dials, dialErrs int64
+	firstDialErr    error
 	dialsSeen       int64 // connections the echo server took during the dials
 	dialTime        time.Duration
 	dialCPU         float64 // server + agent seconds over the dial phases
@@ -615,6 +616,9 @@ func npDials(d npDialer, dest *npDest, st *npStack, cfg npConfig, r *npResult) e
 	}
 	r.dials += count.Load()
 	r.dialErrs += errs.Load()
+	if e := firstErr.Load(); e != nil && r.firstDialErr == nil {
+		r.firstDialErr, _ = e.(error)
+	}
 	r.dialTime += took
 	return nil
 }

@@ -109,7 +109,10 @@ func (c *serverConn) run() error {
 			return fmt.Errorf("TLS handshake: %w", err)
 		}
 	}
-	br := bufio.NewReaderSize(c.nc, 32<<10)
+	// What the reader queued to answer goes out before it next waits for
+	// the client: when it is out of buffered bytes, in the middle of a
+	// frame or not.
+	br := bufio.NewReaderSize(flushingReader{c}, 32<<10)
 	c.br = br
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(br, preface); err != nil {
@@ -142,11 +145,6 @@ func (c *serverConn) run() error {
 		c.mu.Unlock()
 	}
 	for {
-		if br.Buffered() == 0 {
-			if err := c.flushPending(); err != nil {
-				return err
-			}
-		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			var se http2.StreamError
@@ -491,6 +489,16 @@ func (c *serverConn) flushPending() error {
 		return nil
 	}
 	return c.writeLocked(nil)
+}
+
+// flushingReader reads the connection after writing what is pending.
+type flushingReader struct{ c *serverConn }
+
+func (r flushingReader) Read(p []byte) (int, error) {
+	if err := r.c.flushPending(); err != nil {
+		return 0, err
+	}
+	return r.c.nc.Read(p)
 }
 
 // writeControl writes a small frame (or a few) built outside wmu.

@@ -326,7 +326,7 @@ func TestSlowHandlerHoldsItsWindow(t *testing.T) {
 // TestGracefulStop: streams running finish, the connection is told
 // GOAWAY, no new stream is served, and Serve returns.
 func TestGracefulStop(t *testing.T) {
-	running := make(chan struct{})
+	running := make(chan struct{}, 1)
 	s, cc := serve(t, Config{}, func(st *Stream) error {
 		select {
 		case running <- struct{}{}:

@@ -132,7 +132,6 @@ func (st *Stream) abort(err error, code http2.ErrCode) {
 // release wakes the handler's waits with err and returns what the stream
 // holds of the pool.
 func (st *Stream) release(err error) {
-	st.cancel()
 	st.mu.Lock()
 	if st.recvErr == nil || st.recvErr == io.EOF {
 		st.recvErr = err
@@ -147,10 +146,21 @@ func (st *Stream) release(err error) {
 	}
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	// After the error is set: a handler woken by its context finds it.
+	st.cancel()
 	c := st.c
 	c.mu.Lock()
 	c.winCond.Broadcast()
 	c.mu.Unlock()
+}
+
+// ctxErr is the error for a stream whose context has ended: why the
+// stream ended if it has, else the context's own (its deadline).
+func (st *Stream) ctxErr(err error) error {
+	if st.ended.Load() {
+		return st.endedErr()
+	}
+	return status.FromContextError(err).Err()
 }
 
 func (st *Stream) endedErr() error {
@@ -272,6 +282,9 @@ func (st *Stream) owe(n uint32) uint32 {
 // RecvMsg receives the next message into m with the server's codec; it
 // returns io.EOF once the client has ended its side.
 func (st *Stream) RecvMsg(m any) error {
+	if err := st.ctx.Err(); err != nil {
+		return st.ctxErr(err)
+	}
 	st.mu.Lock()
 	for st.qHead == len(st.q) && st.recvErr == nil {
 		st.cond.Wait()
@@ -305,6 +318,9 @@ func (st *Stream) RecvMsg(m any) error {
 func (st *Stream) SendMsg(m any) error {
 	if st.ended.Load() {
 		return st.endedErr()
+	}
+	if err := st.ctx.Err(); err != nil {
+		return st.ctxErr(err)
 	}
 	data, err := st.c.s.cfg.Codec.Marshal(m)
 	if err != nil {
