@@ -112,7 +112,9 @@ func (c *serverConn) run() error {
 	// What the reader queued to answer goes out before it next waits for
 	// the client: when it is out of buffered bytes, in the middle of a
 	// frame or not.
-	br := bufio.NewReaderSize(flushingReader{c}, 32<<10)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(flushingReader{c})
+	defer func() { br.Reset(nil); readerPool.Put(br) }()
 	c.br = br
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(br, preface); err != nil {
@@ -490,6 +492,11 @@ func (c *serverConn) flushPending() error {
 	}
 	return c.writeLocked(nil)
 }
+
+// readerPool holds the connections' read buffers: a connection per
+// proxied connection made a fresh 32 KiB buffer a third of the bytes the
+// frontend allocated.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
 
 // flushingReader reads the connection after writing what is pending.
 type flushingReader struct{ c *serverConn }
