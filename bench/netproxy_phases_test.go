@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/portside-io/portside/internal/proc"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,7 +76,10 @@ type npPhase struct {
 	// the phase (/proc/<pid>/io syscr + syscw): each is a kernel entry
 	// and, on a socket, often a wake-up of the peer.
 	serverSys, agentSys int64
-	load                string
+	// kernelCPU is the server's and agent's CPU in the kernel (stime),
+	// part of serverCPU + agentCPU: the floor user-space work cannot move.
+	kernelCPU float64
+	load      string
 }
 
 func (p npPhase) perUnit() string {
@@ -102,9 +106,9 @@ func (p npPhase) String() string {
 	if p.phase == "bulk" {
 		rate = fmt.Sprintf("%.0f MB/s", float64(p.work)/p.elapsed.Seconds()/1e6)
 	}
-	sys := ""
+	sys := fmt.Sprintf("; in the kernel %.3f", p.per(p.kernelCPU))
 	if p.work > 0 && p.phase != "bulk" {
-		sys = fmt.Sprintf("; read/write calls per op server %.1f agent %.1f",
+		sys += fmt.Sprintf("; read/write calls per op server %.1f agent %.1f",
 			float64(p.serverSys)/float64(p.work), float64(p.agentSys)/float64(p.work))
 	}
 	return fmt.Sprintf("%s %s %s: %s; %s server %.3f agent %.3f proxy %.3f client %.3f%s (load %s)",
@@ -147,6 +151,7 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 	p := npPhase{mode: mode, impl: impl, phase: phase, load: loadAvg()}
 	s0, a0 := st.cpuSeconds()
 	ss0, as0 := procSyscalls(st.server.PID()), procSyscalls(st.agent.PID())
+	k0 := kernelSeconds(st.server.PID()) + kernelSeconds(st.agent.PID())
 	c0 := procCPUSeconds(os.Getpid())
 	start := time.Now()
 	stop := start.Add(window)
@@ -168,6 +173,9 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 			b.Errorf("%s %s: %d dials failed, the first: %v", mode, impl, r.dialErrs, r.firstDialErr)
 		}
 		p.work = r.dials
+		if r.closeRaces > 0 {
+			b.Logf("%s %s: %d of %d closes met the konnectivity client's race (counted)", mode, impl, r.closeRaces, r.dials)
+		}
 	case "rtt":
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		c, err := st.dialer.dial(ctx, dest.echo)
@@ -194,8 +202,14 @@ func runNPPhase(b testing.TB, st *npStack, dest *npDest, mode, impl, phase strin
 	s1, a1 := st.cpuSeconds()
 	p.serverCPU, p.agentCPU, p.clientCPU = s1-s0, a1-a0, procCPUSeconds(os.Getpid())-c0
 	p.serverSys, p.agentSys = procSyscalls(st.server.PID())-ss0, procSyscalls(st.agent.PID())-as0
+	p.kernelCPU = kernelSeconds(st.server.PID()) + kernelSeconds(st.agent.PID()) - k0
 	wg.Wait()
 	return p
+}
+
+func kernelSeconds(pid int) float64 {
+	_, system := proc.CPUTimes(pid)
+	return system
 }
 
 // procSyscalls is a process's read- and write-like system calls so far

@@ -10,19 +10,26 @@ import (
 // /proc/<pid>/stat; 0 once it is gone. Benchmarks measure a process's CPU
 // by it.
 func CPUSeconds(pid int) float64 {
+	user, system := CPUTimes(pid)
+	return user + system
+}
+
+// CPUTimes is a process's CPU time in user space and in the kernel
+// (utime, stime), in seconds; 0 for a process gone.
+func CPUTimes(pid int) (user, system float64) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	s := string(data)
 	// The command, in parentheses, may hold spaces: count after it.
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(fields) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseFloat(fields[11], 64)
 	st, _ := strconv.ParseFloat(fields[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return ut / 100, st / 100 // USER_HZ
 }
 
 // RSS is a process's resident set (VmRSS) in bytes; 0 for a kernel thread
