@@ -41,6 +41,8 @@ type serverConn struct {
 	ctx context.Context
 	// frames counts frames read, for keepalive.
 	frames atomic.Uint64
+	// ready: the client's preface was read (and TLS handshaken).
+	ready atomic.Bool
 
 	wmu     sync.Mutex
 	henc    *hpack.Encoder
@@ -131,6 +133,7 @@ func (c *serverConn) run() error {
 	c.fr.SetReuseFrames()
 	c.henc = hpack.NewEncoder(hpackWriter{c})
 
+	c.ready.Store(true)
 	// The server's preface: its settings and the connection's window.
 	b := appendSettings(nil, []http2.Setting{
 		{ID: http2.SettingMaxConcurrentStreams, Val: cfg.MaxConcurrentStreams},
@@ -151,6 +154,11 @@ func (c *serverConn) run() error {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
+				// A stream opened by malformed HEADERS is opened and reset:
+				// what the client has in flight for it is then ignored.
+				if se.StreamID%2 == 1 && se.StreamID > c.maxID {
+					c.setMaxID(se.StreamID)
+				}
 				c.resetStream(se.StreamID, se.Code, status.Error(codes.Internal, se.Error()))
 				continue
 			}
@@ -184,6 +192,9 @@ func (c *serverConn) frame(f http2.Frame) error {
 	case *http2.PingFrame:
 		return c.onPing(f)
 	case *http2.RSTStreamFrame:
+		if f.StreamID > c.maxID {
+			return c.fatal(http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on stream %d, which the client never opened", f.StreamID))
+		}
 		c.resetStream(f.StreamID, 0, status.Errorf(codes.Canceled, "the client reset the stream (%v)", f.ErrCode))
 	case *http2.GoAwayFrame:
 		// The client opens no more streams; those it has run on.
@@ -207,16 +218,25 @@ func (c *serverConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		st.endRecv()
 		return nil
 	}
-	if id%2 == 0 || id <= c.maxID {
-		return c.fatal(http2.ErrCodeProtocol, fmt.Sprintf("stream %d was not opened by the client in order", id))
+	if id%2 == 0 {
+		return c.fatal(http2.ErrCodeProtocol, fmt.Sprintf("stream %d is not a client's (odd) stream", id))
 	}
-	c.maxID = id
+	if id <= c.maxID {
+		// A stream that has ended here (answered or reset): its frames in
+		// flight are the client's, not an error of the connection.
+		return c.writeControl(appendRSTStream(nil, id, http2.ErrCodeStreamClosed))
+	}
+	c.setMaxID(id)
 	if f.Truncated {
 		return c.refuse(id, f.StreamEnded(), refusal{httpStatus: 431, msg: "request headers too large"})
 	}
 	r, ref := decideRequest(f.Fields)
 	if ref != nil {
 		return c.refuse(id, f.StreamEnded(), *ref)
+	}
+	if r.hasTimeout && r.timeout <= 0 {
+		// Due already (grpc-go sends 0n then): no handler runs.
+		return c.refuse(id, f.StreamEnded(), refusal{code: codes.DeadlineExceeded, msg: "the client's deadline had passed"})
 	}
 	h := c.s.cfg.Methods[r.method]
 	if h == nil {
@@ -227,23 +247,26 @@ func (c *serverConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return c.writeControl(appendRSTStream(nil, id, http2.ErrCodeRefusedStream))
 	}
-	ctx, cancel := ctxForRequest(c.ctx, r.timeout)
+	sctx := &streamCtx{}
+	var cancel context.CancelFunc
+	sctx.Context, cancel = context.WithCancel(c.ctx)
+	var ctx context.Context = sctx
 	if r.md != nil {
 		ctx = metadata.NewIncomingContext(ctx, metadata.MD(r.md))
 	}
 	st = newStream(c, id, r.method, ctx, cancel)
 	st.sendWin = c.initSendWin
 	c.streams[id] = st
+	if r.hasTimeout {
+		sctx.deadline = time.Now().Add(r.timeout)
+		st.timer = time.AfterFunc(r.timeout, func() {
+			sctx.expired.Store(true)
+			st.abort(status.Error(codes.DeadlineExceeded, "the client's deadline was exceeded"), http2.ErrCodeCancel)
+		})
+	}
 	c.mu.Unlock()
 	if f.StreamEnded() {
 		st.endRecv()
-	}
-	if r.timeout > 0 {
-		context.AfterFunc(ctx, func() {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				st.abort(status.Error(codes.DeadlineExceeded, "the client's deadline was exceeded"), http2.ErrCodeCancel)
-			}
-		})
 	}
 	go st.run(h)
 	return nil
@@ -326,10 +349,19 @@ func (c *serverConn) onSettings(f *http2.SettingsFrame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err // a frame size or window out of range, or a bad push flag
+		}
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			c.mu.Lock()
 			delta := int64(s.Val) - c.initSendWin
+			for _, st := range c.streams {
+				if st.sendWin+delta > maxWindow {
+					c.mu.Unlock()
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+			}
 			c.initSendWin = int64(s.Val)
 			for _, st := range c.streams {
 				st.sendWin += delta
@@ -344,10 +376,29 @@ func (c *serverConn) onSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			c.pending = appendGoAway(c.pending, c.lastID(), http2.ErrCode(ce), "invalid settings")
+			_ = c.writeLocked(nil)
+		}
+		return fmt.Errorf("invalid settings: %w", err)
 	}
 	c.pending = appendSettingsAck(c.pending)
 	return nil
+}
+
+// setMaxID records the highest stream the client opened (the reader's;
+// read under mu by goAway).
+func (c *serverConn) setMaxID(id uint32) {
+	c.mu.Lock()
+	c.maxID = id
+	c.mu.Unlock()
+}
+
+func (c *serverConn) lastID() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxID
 }
 
 func (c *serverConn) onPing(f *http2.PingFrame) error {
@@ -425,6 +476,12 @@ func (c *serverConn) goAway() {
 	c.goingAway = true
 	last, idle := c.maxID, len(c.streams) == 0
 	c.mu.Unlock()
+	if !c.ready.Load() {
+		// Still in its TLS handshake or preface: nothing to drain, and a
+		// write now would wait on the handshake.
+		c.close(errServerStopped)
+		return
+	}
 	_ = c.writeControl(appendGoAway(nil, last, http2.ErrCodeNo, ""))
 	if idle {
 		c.close(errServerStopped)
@@ -434,10 +491,7 @@ func (c *serverConn) goAway() {
 // fatal ends the connection for a protocol error of the client's,
 // telling it why.
 func (c *serverConn) fatal(code http2.ErrCode, msg string) error {
-	c.mu.Lock()
-	last := c.maxID
-	c.mu.Unlock()
-	_ = c.writeControl(appendGoAway(nil, last, code, msg))
+	_ = c.writeControl(appendGoAway(nil, c.lastID(), code, msg))
 	return fmt.Errorf("HTTP/2 %v: %s", code, msg)
 }
 

@@ -13,8 +13,9 @@ import (
 // request is what a stream's HEADERS ask for, decided before a handler
 // runs: which method, until when, and with which metadata.
 type request struct {
-	method    string
-	timeout   time.Duration // 0: none
+	method     string
+	hasTimeout bool // grpc-timeout was sent; 0 then means already due
+	timeout    time.Duration
 	userAgent string
 	md        map[string][]string
 }
@@ -47,7 +48,7 @@ func decideRequest(fields []hpack.HeaderField) (request, *refusal) {
 			if err != nil {
 				return r, &refusal{code: codes.Internal, msg: "malformed grpc-timeout: " + err.Error()}
 			}
-			r.timeout = d
+			r.timeout, r.hasTimeout = d, true
 		case "grpc-encoding":
 			// Nothing was offered (no grpc-accept-encoding), so a client
 			// may only send uncompressed messages.

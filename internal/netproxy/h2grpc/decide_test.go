@@ -34,6 +34,7 @@ func TestDecideRequest(t *testing.T) {
 		{name: "konnectivity client", fields: grpcReq("user-agent", "grpc-go/1.82.1"), method: "/ProxyService/Proxy",
 			userAgent: "grpc-go/1.82.1", md: map[string]string{"user-agent": "grpc-go/1.82.1"}},
 		{name: "deadline", fields: grpcReq("grpc-timeout", "1500m"), method: "/ProxyService/Proxy", timeout: 1500 * time.Millisecond},
+		{name: "deadline already due", fields: grpcReq("grpc-timeout", "0n"), method: "/ProxyService/Proxy", timeout: 0},
 		{name: "content subtype", fields: fields(":method", "POST", ":path", "/a/b", "content-type", "application/grpc+proto"), method: "/a/b"},
 		{name: "metadata kept, gRPC's own left out", fields: grpcReq("x-trace", "1", "x-trace", "2", "grpc-accept-encoding", "gzip"),
 			method: "/ProxyService/Proxy", md: map[string]string{"x-trace": "1"}},
@@ -60,6 +61,13 @@ func TestDecideRequest(t *testing.T) {
 			}
 			if ref != nil {
 				t.Fatalf("refused: %+v", *ref)
+			}
+			hasTimeout := false
+			for _, f := range tc.fields {
+				hasTimeout = hasTimeout || f.Name == "grpc-timeout"
+			}
+			if r.hasTimeout != hasTimeout {
+				t.Fatalf("hasTimeout %v, want %v", r.hasTimeout, hasTimeout)
 			}
 			if r.method != tc.method || r.timeout != tc.timeout || r.userAgent != tc.userAgent {
 				t.Fatalf("got method %q timeout %v user agent %q, want %q %v %q", r.method, r.timeout, r.userAgent, tc.method, tc.timeout, tc.userAgent)

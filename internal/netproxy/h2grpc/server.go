@@ -24,6 +24,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/encoding"
@@ -196,11 +197,22 @@ func (s *Server) stopAccepting() []*serverConn {
 	return conns
 }
 
-// ctxForRequest is a stream's context: cancelled when the stream ends,
-// with the client's deadline.
-func ctxForRequest(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout > 0 {
-		return context.WithTimeout(parent, timeout)
+// streamCtx is a stream's context: cancelled when the stream ends, which
+// its deadline does (a timer that ends the stream, then the context), so
+// a handler woken by Done finds the stream already ended; it reports the
+// deadline, and DeadlineExceeded once it has passed.
+type streamCtx struct {
+	context.Context
+	deadline time.Time
+	expired  atomic.Bool
+}
+
+func (c *streamCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+func (c *streamCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.expired.Load() {
+		return context.DeadlineExceeded
 	}
-	return context.WithCancel(parent)
+	return err
 }

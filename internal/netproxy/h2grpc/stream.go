@@ -3,10 +3,12 @@ package h2grpc
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
@@ -16,13 +18,18 @@ import (
 )
 
 // Stream is one call: what its handler receives and sends. RecvMsg may be
-// called by one goroutine at a time, SendMsg by several.
+// called by one goroutine at a time; SendMsg by several (each message is
+// written whole before another starts).
 type Stream struct {
 	c      *serverConn
 	id     uint32
 	method string
 	ctx    context.Context
 	cancel context.CancelFunc
+	timer  *time.Timer // the client's deadline, if it sent one
+	// smu keeps a message's frames together when the client's windows
+	// make SendMsg write it in several rounds.
+	smu sync.Mutex
 	// ended is set once the status is written or the stream reset: no
 	// frame of it is written after (checked under wmu, where it is set).
 	ended       atomic.Bool
@@ -46,8 +53,9 @@ type Stream struct {
 	hdrN int
 	bp   *[]byte
 	msgN int
-	held uint32 // window the message in assembly holds
-	big  bool   // the message returns its window as it arrives
+	held  uint32 // window the message in assembly holds
+	big   bool   // the message is over half the window
+	early bool   // ... and, next to be read, returns its window as it arrives
 }
 
 // queued is a received message and what of the stream's window it holds
@@ -92,12 +100,23 @@ func (st *Stream) SendHeader(metadata.MD) error {
 
 func (st *Stream) run(h Handler) { st.finish(h(st)) }
 
-// finish writes the handler's status and forgets the stream; a client
-// still sending is told to stop (RST_STREAM NO_ERROR), as HTTP/2 allows
-// a server that has answered.
+// finish writes the handler's status and forgets the stream.
 func (st *Stream) finish(err error) {
+	st.endWithStatus(err)
+	st.c.streamDone(st)
+}
+
+// endWithStatus ends the stream with err's status (OK for nil), as
+// grpc-go's server gives it: a status error's own, a context's end as
+// CANCELLED or DEADLINE_EXCEEDED, anything else UNKNOWN. A client still
+// sending is told to stop (RST_STREAM NO_ERROR), as HTTP/2 allows a
+// server that has answered.
+func (st *Stream) endWithStatus(err error) {
 	c := st.c
-	s, _ := status.FromError(err)
+	s, ok := status.FromError(err)
+	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		s = status.FromContextError(err)
+	}
 	c.wmu.Lock()
 	if !st.ended.Swap(true) {
 		b := c.appendTrailers(c.scratch[:0], st.id, st.headersSent, s.Code(), s.Message())
@@ -113,7 +132,6 @@ func (st *Stream) finish(err error) {
 	}
 	c.wmu.Unlock()
 	st.release(status.Error(codes.Canceled, "the stream has ended"))
-	c.streamDone(st)
 }
 
 // abort ends the stream early: the client reset it (code 0), its
@@ -132,6 +150,9 @@ func (st *Stream) abort(err error, code http2.ErrCode) {
 // release wakes the handler's waits with err and returns what the stream
 // holds of the pool.
 func (st *Stream) release(err error) {
+	if st.timer != nil {
+		st.timer.Stop()
+	}
 	st.mu.Lock()
 	if st.recvErr == nil || st.recvErr == io.EOF {
 		st.recvErr = err
@@ -192,7 +213,7 @@ func (st *Stream) endRecv() {
 func (st *Stream) onData(data []byte, pad uint32, end bool) {
 	cfg := &st.c.s.cfg
 	st.mu.Lock()
-	if st.ended.Load() || st.recvErr != nil {
+	if st.ended.Load() || st.recvErr != nil && st.recvErr != io.EOF {
 		st.mu.Unlock()
 		return // ended: the client's frames in flight
 	}
@@ -210,8 +231,10 @@ func (st *Stream) onData(data []byte, pad uint32, end bool) {
 	// A message holds the window its bytes took until the handler
 	// consumes it, so a handler that stops reading stops the client after
 	// a window. A message too large for that (over half the window)
-	// returns its bytes as they arrive instead, or it could never arrive:
-	// its buffer, bounded by MaxRecvMsgSize, is taken whole anyway.
+	// returns its bytes as they arrive instead, or it could never arrive,
+	// but only as the next message to be read (nothing queued before it):
+	// so a stream holds at most its window and one message in assembly,
+	// whose buffer, bounded by MaxRecvMsgSize, is taken whole anyway.
 	early := pad
 	for len(data) > 0 {
 		if st.hdrN < 5 {
@@ -224,17 +247,18 @@ func (st *Stream) onData(data []byte, pad uint32, end bool) {
 			}
 			if st.hdr[0]&1 != 0 {
 				st.mu.Unlock()
-				st.abort(status.Error(codes.Internal, "compressed message received, but no compression was negotiated"), http2.ErrCodeCancel)
+				st.endWithStatus(status.Error(codes.Internal, "compressed message received, but no compression was negotiated"))
 				return
 			}
 			n := binary.BigEndian.Uint32(st.hdr[1:])
 			if int64(n) > int64(cfg.MaxRecvMsgSize) {
 				st.mu.Unlock()
-				st.abort(status.Errorf(codes.ResourceExhausted, "received message larger than max (%d vs. %d)", n, cfg.MaxRecvMsgSize), http2.ErrCodeCancel)
+				st.endWithStatus(status.Errorf(codes.ResourceExhausted, "received message larger than max (%d vs. %d)", n, cfg.MaxRecvMsgSize))
 				return
 			}
 			st.big = 5+int64(n) > int64(cfg.StreamWindow/2)
-			if st.big {
+			st.early = st.big && st.qHead == len(st.q)
+			if st.early {
 				early += st.held
 				st.held = 0
 			}
@@ -245,7 +269,7 @@ func (st *Stream) onData(data []byte, pad uint32, end bool) {
 		k := copy((*st.bp)[st.msgN:], data[:min(want, len(data))])
 		st.msgN += k
 		data = data[k:]
-		if st.big {
+		if st.early {
 			early += uint32(k)
 		} else {
 			st.held += uint32(k)
@@ -254,7 +278,7 @@ func (st *Stream) onData(data []byte, pad uint32, end bool) {
 			break
 		}
 		st.q = append(st.q, queued{buf: mem.NewBuffer(st.bp, cfg.Pool), cost: st.held})
-		st.bp, st.hdrN, st.msgN, st.held = nil, 0, 0, 0
+		st.bp, st.hdrN, st.msgN, st.held, st.big, st.early = nil, 0, 0, 0, false, false
 	}
 	upd := st.owe(early)
 	st.cond.Signal()
@@ -297,10 +321,18 @@ func (st *Stream) RecvMsg(m any) error {
 	it := st.q[st.qHead]
 	st.q[st.qHead] = queued{}
 	st.qHead++
+	cost := it.cost
 	if st.qHead == len(st.q) {
 		st.q, st.qHead = st.q[:0], 0
+		if st.big && !st.early {
+			// The large message in assembly is next: its window goes
+			// back as it arrives from now on.
+			st.early = true
+			cost += st.held
+			st.held = 0
+		}
 	}
-	upd := st.owe(it.cost)
+	upd := st.owe(cost)
 	st.mu.Unlock()
 	if upd > 0 && !st.ended.Load() {
 		_ = st.c.writeControl(appendWindowUpdate(nil, st.id, upd))
@@ -335,12 +367,15 @@ func (st *Stream) SendMsg(m any) error {
 		pieces = append(pieces, b.ReadOnlyData())
 	}
 	total := 5 + data.Len()
+	st.smu.Lock()
+	defer st.smu.Unlock()
 	for sent := 0; sent < total; {
 		n, err := st.reserve(total - sent)
 		if err != nil {
 			return err
 		}
 		if err := st.writeData(pieces, sent, n); err != nil {
+			st.unreserve(n)
 			return err
 		}
 		sent += n
@@ -353,19 +388,31 @@ func (st *Stream) SendMsg(m any) error {
 func (st *Stream) reserve(want int) (int, error) {
 	c := st.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for {
 		if st.ended.Load() || c.closed {
+			c.mu.Unlock()
 			return 0, st.endedErr()
 		}
 		if avail := min(c.connSendWin, st.sendWin); avail > 0 {
 			n := int(min(avail, int64(want)))
 			c.connSendWin -= int64(n)
 			st.sendWin -= int64(n)
+			c.mu.Unlock()
 			return n, nil
 		}
 		c.winCond.Wait()
 	}
+}
+
+// unreserve gives back window reserved for a write that did not happen:
+// the connection's is shared by every stream on it.
+func (st *Stream) unreserve(n int) {
+	c := st.c
+	c.mu.Lock()
+	c.connSendWin += int64(n)
+	st.sendWin += int64(n)
+	c.winCond.Broadcast()
+	c.mu.Unlock()
 }
 
 // writeData writes n bytes of the message's pieces from off as DATA

@@ -1,8 +1,7 @@
 package h2grpc
 
-// Review tests: each demonstrates one defect found in review (see the
-// comment on each). They are expected to FAIL against the code as
-// reviewed, and to pass once the defect is fixed.
+// Protocol edges, driven by hand where a grpc-go client would not go:
+// each was a defect found in review, and is kept as its regression test.
 
 import (
 	"bytes"
@@ -79,6 +78,18 @@ func dialRaw(t *testing.T, sock string, settings ...http2.Setting) *rawClient {
 	return rc
 }
 
+// headerBlock encodes a gRPC request's headers.
+func (rc *rawClient) headerBlock(kv ...string) []byte {
+	rc.hbuf.Reset()
+	base := []string{":method", "POST", ":scheme", "http", ":path", proxyMethod, ":authority", "x",
+		"content-type", "application/grpc", "te", "trailers"}
+	kv = append(base, kv...)
+	for i := 0; i+1 < len(kv); i += 2 {
+		_ = rc.henc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
+	}
+	return rc.hbuf.Bytes()
+}
+
 func (rc *rawClient) headers(id uint32, end bool, kv ...string) {
 	rc.t.Helper()
 	rc.hbuf.Reset()
@@ -130,11 +141,10 @@ func (rc *rawClient) readUntil(d time.Duration, f func(http2.Frame) bool) error 
 	}
 }
 
-// 1. A client's SETTINGS_MAX_FRAME_SIZE is used unvalidated: 0 makes
-// writeData divide by zero, a panic in the handler's goroutine that
-// crashes the process (here recovered in the handler to report it).
-// RFC 9113 6.5.2: values outside 2^14..2^24-1 are a PROTOCOL_ERROR.
-func TestReviewMaxFrameSizeZeroPanics(t *testing.T) {
+// A client's SETTINGS_MAX_FRAME_SIZE out of 2^14..2^24-1 is a
+// PROTOCOL_ERROR (RFC 9113 6.5.2); used, 0 would make writeData divide by
+// zero and crash the process.
+func TestBadMaxFrameSizeIsProtocolError(t *testing.T) {
 	panicked := make(chan any, 1)
 	_, sock := serveSock(t, Config{}, func(st *Stream) (err error) {
 		defer func() {
@@ -146,7 +156,8 @@ func TestReviewMaxFrameSizeZeroPanics(t *testing.T) {
 		return st.SendMsg(data(10))
 	})
 	rc := dialRaw(t, sock, http2.Setting{ID: http2.SettingMaxFrameSize, Val: 0})
-	rc.headers(1, false)
+	// A stream after the settings (the server may have closed by then).
+	_ = rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: rc.headerBlock(), EndHeaders: true})
 	var goaway *http2.GoAwayFrame
 	_ = rc.readUntil(2*time.Second, func(f http2.Frame) bool {
 		if g, ok := f.(*http2.GoAwayFrame); ok {
@@ -165,10 +176,10 @@ func TestReviewMaxFrameSizeZeroPanics(t *testing.T) {
 	}
 }
 
-// 2. Messages over half the stream window return their window as they
-// arrive and are queued at cost 0, so a handler that does not read lets
-// the client send without bound: the server buffers every message.
-func TestReviewBigMessagesBypassStreamWindow(t *testing.T) {
+// Messages over half the stream window return their window as they
+// arrive only as the next to be read: a handler that does not read stops
+// a client sending them after a window and one message.
+func TestBigMessagesHoldTheStreamWindow(t *testing.T) {
 	const window = 64 << 10
 	_, cc := serve(t, Config{StreamWindow: window, MaxRecvMsgSize: 1 << 20}, func(st *Stream) error {
 		<-st.Context().Done() // never reads
@@ -194,11 +205,10 @@ func TestReviewBigMessagesBypassStreamWindow(t *testing.T) {
 	}
 }
 
-// 3. A window reserved by reserve() is lost when the stream ends before
-// writeData takes wmu: the connection's send window shrinks for good, and
-// with grpc-go's 64 KiB initial connection window every other stream on
-// the connection then waits forever in SendMsg.
-func TestReviewConnWindowLeakOnEndedStream(t *testing.T) {
+// Window reserved for a write that a stream's end then stops goes back:
+// the connection's is shared, and with grpc-go's 64 KiB initial
+// connection window, every other stream on it would wait for ever.
+func TestEndedStreamReturnsReservedWindow(t *testing.T) {
 	ready := make(chan *Stream, 1)
 	goSend := make(chan struct{})
 	sendRes := make(chan error, 1)
@@ -274,11 +284,10 @@ func TestReviewConnWindowLeakOnEndedStream(t *testing.T) {
 	}
 }
 
-// 4. Stream's doc says SendMsg may be called by several goroutines, but a
-// message larger than the window is written in several reserve/writeData
-// rounds with wmu released between them: two senders interleave their
-// DATA and corrupt the gRPC framing.
-func TestReviewConcurrentSendMsgInterleaves(t *testing.T) {
+// SendMsg from several goroutines: a message larger than the window is
+// written in several rounds, and another sender's frames must not land
+// between them.
+func TestConcurrentSendMsgKeepsMessagesWhole(t *testing.T) {
 	const n, size = 10, 100 << 10
 	_, cc := serve(t, Config{}, func(st *Stream) error {
 		var wg sync.WaitGroup
@@ -315,10 +324,9 @@ func TestReviewConcurrentSendMsgInterleaves(t *testing.T) {
 	}
 }
 
-// 5. A message over MaxRecvMsgSize (or a compressed one) ends the stream
-// with a bare RST_STREAM(CANCEL): the client sees CANCELLED, where
-// grpc-go's server sends RESOURCE_EXHAUSTED (INTERNAL) in trailers.
-func TestReviewOversizeMessageStatus(t *testing.T) {
+// A message over MaxRecvMsgSize ends the stream with RESOURCE_EXHAUSTED
+// in its trailers, as grpc-go's server does (not a bare RST_STREAM).
+func TestOversizeMessageStatus(t *testing.T) {
 	_, cc := serve(t, Config{MaxRecvMsgSize: 1 << 10}, echo)
 	stream, err := client.NewProxyServiceClient(cc).Proxy(context.Background())
 	if err != nil {
@@ -330,10 +338,9 @@ func TestReviewOversizeMessageStatus(t *testing.T) {
 	}
 }
 
-// 6. grpc-timeout "0n" (what grpc-go's client sends when its deadline is
-// already due) is taken as no deadline: the handler runs unbounded.
-// grpc-go's server answers DEADLINE_EXCEEDED at once.
-func TestReviewZeroTimeoutIsNoDeadline(t *testing.T) {
+// grpc-timeout "0n" (what grpc-go's client sends when its deadline is
+// already due) is due, not "no deadline": answered DEADLINE_EXCEEDED.
+func TestZeroTimeoutIsDue(t *testing.T) {
 	ran := make(chan bool, 1)
 	_, sock := serveSock(t, Config{}, func(st *Stream) error {
 		_, ok := st.Context().Deadline()
@@ -365,11 +372,11 @@ func TestReviewZeroTimeoutIsNoDeadline(t *testing.T) {
 	}
 }
 
-// 7. A HEADERS frame the framer rejects as a stream error (here an invalid
-// header value) is reset, but maxID is not advanced: DATA the client had
-// in flight for it is then "DATA on a stream never opened" and the whole
-// connection is torn down with GOAWAY PROTOCOL_ERROR.
-func TestReviewDataAfterMalformedHeadersKillsConnection(t *testing.T) {
+// A HEADERS frame the framer rejects as a stream error (here an invalid
+// header value) opens and resets its stream: DATA the client had in
+// flight for it is ignored, not "DATA on a stream never opened" and a
+// GOAWAY of the whole connection.
+func TestDataAfterMalformedHeadersIsIgnored(t *testing.T) {
 	_, sock := serveSock(t, Config{}, echo)
 	rc := dialRaw(t, sock)
 	rc.headers(1, false, "x-bad", "a\x00b")
@@ -387,10 +394,9 @@ func TestReviewDataAfterMalformedHeadersKillsConnection(t *testing.T) {
 	}
 }
 
-// 8. c.maxID is written by the reader without c.mu (onHeaders) and read
-// under c.mu by goAway from GracefulStop's goroutine: a data race (run
-// with -race; the window is small, so this loops).
-func TestReviewGracefulStopRacesMaxID(t *testing.T) {
+// GracefulStop while the reader opens streams: maxID is shared between
+// them (run with -race; the window is small, so this loops).
+func TestGracefulStopDuringHeaders(t *testing.T) {
 	for range 30 {
 		s, sock := serveSock(t, Config{}, func(st *Stream) error { return nil })
 		rc := dialRaw(t, sock)
