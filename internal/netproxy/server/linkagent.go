@@ -180,6 +180,21 @@ func (s *Server) linkDial(b *backend, c *conn, ctx context.Context, protocol, ad
 // pumpFromLink moves one connection's bytes from its link stream to the
 // frontend; a blocked frontend stalls only this stream (its window).
 func (s *Server) pumpFromLink(c *conn, st *link.Stream) {
+	if f, ok := c.fe.(*httpFrontend); ok {
+		if tc := tryConnOf(f.conn); tc != nil {
+			w := &httpLinkWriter{s: s, f: f, tc: tc}
+			_, err := st.WriteTo(w)
+			if w.werr != nil {
+				if c.finish() {
+					s.connFinished()
+					c.closeDone()
+				}
+				return
+			}
+			s.linkEnded(c, err)
+			return
+		}
+	}
 	for {
 		out := netproxy.NewOutData(c.connectID)
 		n, err := st.Read(out.Buf())
@@ -200,17 +215,26 @@ func (s *Server) pumpFromLink(c *conn, st *link.Stream) {
 			out.Free()
 		}
 		if err != nil {
-			msg := ""
-			if err != io.EOF {
-				msg = "agent connection lost"
+			if err == io.EOF {
+				err = nil
 			}
-			if c.finish() {
-				s.connFinished()
-				c.fe.closed(c, msg)
-				c.closeDone()
-			}
+			s.linkEnded(c, err)
 			return
 		}
+	}
+}
+
+// linkEnded finishes a connection whose link stream ended: the agent's
+// close (err nil) or the link's failure.
+func (s *Server) linkEnded(c *conn, err error) {
+	msg := ""
+	if err != nil {
+		msg = "agent connection lost"
+	}
+	if c.finish() {
+		s.connFinished()
+		c.fe.closed(c, msg)
+		c.closeDone()
 	}
 }
 

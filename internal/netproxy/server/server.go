@@ -202,7 +202,12 @@ func New(opts Options) (_ *Server, err error) {
 		if s.frontendLn, err = net.Listen("tcp", opts.FrontendAddress); err != nil {
 			return nil, fmt.Errorf("frontend listener: %w", err)
 		}
-		if opts.FrontendTLS != nil && opts.Mode == ModeHTTPConnect {
+	}
+	if opts.Mode == ModeHTTPConnect {
+		// Under TLS, if any: the link's reader writes to clients without
+		// waiting (trywrite.go).
+		s.frontendLn = tryListener{s.frontendLn}
+		if opts.FrontendTLS != nil && opts.UDSName == "" {
 			s.frontendLn = tls.NewListener(s.frontendLn, opts.FrontendTLS)
 		}
 	}
