@@ -206,11 +206,11 @@ type npResult struct {
 	firstDialErr    error
 	// closeRaces counts dials whose Close met the konnectivity client's
 	// race (npDials); they are counted in dials.
-	closeRaces int64
-	dialsSeen       int64 // connections the echo server took during the dials
-	dialTime        time.Duration
-	dialCPU         float64 // server + agent seconds over the dial phases
-	dialSelfCPU     float64 // the benchmark process's (clients, echo server)
+	closeRaces  int64
+	dialsSeen   int64 // connections the echo server took during the dials
+	dialTime    time.Duration
+	dialCPU     float64 // server + agent seconds over the dial phases
+	dialSelfCPU float64 // the benchmark process's (clients, echo server)
 
 	holAloneBytes, holStalledBytes int64
 	holAloneTime, holStalledTime   time.Duration

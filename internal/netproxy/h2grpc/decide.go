@@ -16,8 +16,8 @@ type request struct {
 	method     string
 	hasTimeout bool // grpc-timeout was sent; 0 then means already due
 	timeout    time.Duration
-	userAgent string
-	md        map[string][]string
+	userAgent  string
+	md         map[string][]string
 }
 
 // refusal is how a request that no handler may see is answered: an HTTP

@@ -49,10 +49,10 @@ type Stream struct {
 	clientDone bool
 
 	// Message assembly, reader goroutine only.
-	hdr  [5]byte
-	hdrN int
-	bp   *[]byte
-	msgN int
+	hdr   [5]byte
+	hdrN  int
+	bp    *[]byte
+	msgN  int
 	held  uint32 // window the message in assembly holds
 	big   bool   // the message is over half the window
 	early bool   // ... and, next to be read, returns its window as it arrives
