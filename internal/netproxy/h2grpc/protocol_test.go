@@ -92,14 +92,7 @@ func (rc *rawClient) headerBlock(kv ...string) []byte {
 
 func (rc *rawClient) headers(id uint32, end bool, kv ...string) {
 	rc.t.Helper()
-	rc.hbuf.Reset()
-	base := []string{":method", "POST", ":scheme", "http", ":path", proxyMethod, ":authority", "x",
-		"content-type", "application/grpc", "te", "trailers"}
-	kv = append(base, kv...)
-	for i := 0; i+1 < len(kv); i += 2 {
-		_ = rc.henc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
-	}
-	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.hbuf.Bytes(),
+	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.headerBlock(kv...),
 		EndHeaders: true, EndStream: end}); err != nil {
 		rc.t.Fatal(err)
 	}
