@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -225,10 +224,3 @@ func (o *OutData) marshal() (mem.BufferSlice, error) {
 	o.buf.Ref()
 	return mem.BufferSlice{mem.SliceBuffer(hdr), o.buf}, nil
 }
-
-// Codec is the proxies' gRPC codec (pooled buffers, DATA forwarded as
-// received), for a server that is not grpc-go's (h2grpc).
-func Codec() encoding.CodecV2 { return codec{} }
-
-// Pool is the pool the codec's buffers come from.
-func Pool() mem.BufferPool { return sharedPool }

@@ -8,44 +8,12 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/portside-io/portside/internal/netproxy"
-	"github.com/portside-io/portside/internal/netproxy/h2grpc"
 )
 
 // defaultCloseWait bounds how long a frontend's CLOSE_REQ waits for the
 // agent's CLOSE_RSP before the stream is let go (the konnectivity client
 // itself gives up after 10s).
 const defaultCloseWait = 10 * time.Second
-
-// newFrontendServer serves ProxyService with h2grpc rather than grpc-go's
-// server: kube-apiserver opens a connection and a stream per proxied
-// connection, and grpc-go's transport set-up and writer goroutine were
-// most of the proxy's CPU per dial and a goroutine hand-off per packet
-// (docs/benchmarks.md).
-func newFrontendServer(p proxyService, keepalive time.Duration) *h2grpc.Server {
-	return h2grpc.NewServer(h2grpc.Config{
-		Methods: map[string]h2grpc.Handler{
-			"/" + client.ProxyService_ServiceDesc.ServiceName + "/" + client.ProxyService_ServiceDesc.Streams[0].StreamName: func(st *h2grpc.Stream) error {
-				return p.Proxy(proxyStream{st})
-			},
-		},
-		Codec: netproxy.Codec(), Pool: netproxy.Pool(),
-		StreamWindow: netproxy.StreamWindow, ConnWindow: netproxy.ConnWindow,
-		MaxRecvMsgSize: netproxy.MaxMsgSize, MaxConcurrentStreams: 1 << 20,
-		KeepaliveTime: keepalive,
-	})
-}
-
-// proxyStream is an h2grpc stream as the generated ProxyService stream.
-type proxyStream struct{ *h2grpc.Stream }
-
-func (p proxyStream) Send(pkt *client.Packet) error { return p.SendMsg(pkt) }
-func (p proxyStream) Recv() (*client.Packet, error) {
-	pkt := &client.Packet{}
-	if err := p.RecvMsg(pkt); err != nil {
-		return nil, err
-	}
-	return pkt, nil
-}
 
 // proxyService implements ProxyService for kube-apiserver.
 type proxyService struct {

@@ -24,12 +24,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentpb "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
 	"github.com/portside-io/portside/internal/netproxy"
-	"github.com/portside-io/portside/internal/netproxy/h2grpc"
 )
 
 // Frontend modes, upstream's --mode values.
@@ -124,8 +125,7 @@ type Server struct {
 	agentPort                              *agentPort // the TLS agent port's ALPN demultiplexer
 	links                                  linkSessions
 	nodes                                  *nodeCache
-	agentGRPC                              *grpc.Server
-	frontendGRPC                           *h2grpc.Server
+	frontendGRPC, agentGRPC                *grpc.Server
 	frontendHTTP, healthHTTP, adminHTTP    *http.Server
 
 	closeWait time.Duration
@@ -245,13 +245,12 @@ func (s *Server) build() {
 
 	switch opts.Mode {
 	case ModeGRPC:
+		feOpts := netproxy.ServerOptions(opts.FrontendKeepaliveTime)
 		if opts.FrontendTLS != nil && opts.UDSName == "" {
-			// gRPC clients insist on ALPN's h2.
-			cfg := opts.FrontendTLS.Clone()
-			cfg.NextProtos = []string{"h2"}
-			s.frontendLn = tls.NewListener(s.frontendLn, cfg)
+			feOpts = append(feOpts, grpc.Creds(credentials.NewTLS(opts.FrontendTLS)))
 		}
-		s.frontendGRPC = newFrontendServer(proxyService{s: s}, opts.FrontendKeepaliveTime)
+		s.frontendGRPC = grpc.NewServer(feOpts...)
+		client.RegisterProxyServiceServer(s.frontendGRPC, proxyService{s: s})
 	case ModeHTTPConnect:
 		s.frontendHTTP = netproxy.NewHTTPServer(httpConnect{s: s}, log.New(klogWriter{s}, "", 0))
 	}
