@@ -183,3 +183,61 @@ func describeFDs(t *testing.T) {
 		t.Logf("fd %s -> %s %s", e.Name(), l, inodes[ino])
 	}
 }
+
+// HTTP-CONNECT clients over portside-link/2 that stop reading mid-download
+// and then close: the server's link reader wrote to them without waiting
+// (trywrite.go) until their sockets filled, each leaving a flusher
+// goroutine that waits for a reader that never comes. Closing ends every
+// one of them, and the connections' goroutines and fds.
+func TestNoLeaksHTTPConnectStalledClients(t *testing.T) {
+	src := netproxytest.Listen(t, sizedSource)
+	pki := netproxytest.NewPKI(t)
+	st := startStackFor(t, mode{name: "portside-link", link: true}, server.Options{Mode: server.ModeHTTPConnect,
+		FrontendTLS: pki.ServerTLS(t)})
+	warm, err := dialConnect(st.srv.FrontendAddr().String(), pki.ClientTLS(t, "kube-apiserver"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Close()
+	time.Sleep(200 * time.Millisecond)
+	runtime.GC()
+	baseG, baseFD := runtime.NumGoroutine(), openFDs()
+	var conns []net.Conn
+	for range 8 {
+		c, err := dialConnect(st.srv.FrontendAddr().String(), pki.ClientTLS(t, "kube-apiserver"), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(lengthHeader(64 << 20)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// Until the stalled clients' sockets are full: a flusher waits on each.
+	netproxytest.Eventually(t, 10*time.Second, func() bool {
+		buf := make([]byte, 4<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "(*tryConn).flush") == len(conns)
+	}, "a flusher for every stalled client")
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > baseG+5 || openFDs() > baseFD+5 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("leak: goroutines %d (baseline %d), fds %d (baseline %d)\n%s", runtime.NumGoroutine(), baseG,
+				openFDs(), baseFD, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The proxy still serves.
+	c, err := dialConnect(st.srv.FrontendAddr().String(), pki.ClientTLS(t, "kube-apiserver"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := download(c, 1<<20, io.Discard, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+}
