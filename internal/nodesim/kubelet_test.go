@@ -1,48 +1,19 @@
 package nodesim
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-)
 
-// selfSigned is a serving certificate for 127.0.0.1 and a pool trusting it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubelet"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
-}
+	"github.com/portside-io/portside/internal/nettest"
+)
 
 // TestKubeletServer: /healthz, container logs (tailLines too), 404 for the
 // rest, and every request recorded with its source address.
 func TestKubeletServer(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := nettest.SelfSigned(t, "kubelet")
 	var seen []KubeletRequest
 	k, err := StartKubelet(KubeletOptions{NodeName: "n1", Address: "127.0.0.1", Certificate: cert,
 		OnRequest: func(r KubeletRequest) { seen = append(seen, r) }})
@@ -88,7 +59,7 @@ func TestKubeletServer(t *testing.T) {
 // TestKubeletServerRequiresClientCert: with ClientCAs, a client without a
 // certificate of them is refused at the handshake.
 func TestKubeletServerRequiresClientCert(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := nettest.SelfSigned(t, "kubelet")
 	k, err := StartKubelet(KubeletOptions{NodeName: "n1", Address: "127.0.0.1", Certificate: cert, ClientCAs: pool})
 	if err != nil {
 		t.Fatal(err)
