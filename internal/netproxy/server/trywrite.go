@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -104,10 +105,10 @@ func (c *tryConn) writeNow(b []byte) int {
 	return n
 }
 
-// tryWrite runs write (which writes to c, maybe through TLS) without
-// waiting for the socket, unless another write is in progress or being
-// finished: then it does nothing and says so.
-func (c *tryConn) tryWrite(write func() error) bool {
+// tryWrite writes p to dst (c itself, or the TLS connection over it)
+// without waiting for the socket, unless another write is in progress or
+// being finished: then it does nothing and says so.
+func (c *tryConn) tryWrite(dst io.Writer, p []byte) bool {
 	c.mu.Lock()
 	if c.try || c.flushing || c.active > 0 || c.err != nil {
 		c.mu.Unlock()
@@ -115,7 +116,7 @@ func (c *tryConn) tryWrite(write func() error) bool {
 	}
 	c.try = true
 	c.mu.Unlock()
-	err := write()
+	_, err := dst.Write(p)
 	c.mu.Lock()
 	c.try = false
 	if len(c.stash) > 0 {
@@ -183,7 +184,7 @@ func (w *httpLinkWriter) Write(p []byte) (int, error) {
 // TryWrite writes p whole without waiting, or nothing.
 func (w *httpLinkWriter) TryWrite(p []byte) int {
 	start := time.Now()
-	if !w.tc.tryWrite(func() error { _, err := w.f.conn.Write(p); return err }) {
+	if !w.tc.tryWrite(w.f.conn, p) {
 		return 0
 	}
 	w.counted()
