@@ -26,7 +26,7 @@ const leaseDuration = 4 * time.Second
 // gracefully stopped leader hands over at once (lease released); a killed
 // leader is replaced within the lease duration; the new leader works.
 func TestLeaderElection(t *testing.T) {
-	bin, _ := buildPortside(t)
+	bin, _ := testenv.BuildPortside(t)
 	client := testenv.Client(t)
 	lc := localcloudtest.Start(t)
 	dir := t.TempDir()

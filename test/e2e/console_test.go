@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/portside-io/portside/internal/browsertest"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
 
@@ -25,10 +26,10 @@ var consoleScreenshot = flag.String("console-screenshot", "", "write screenshots
 // unhealthy on the page within seconds; a fault set from the page is what
 // `portside cloud faults get` shows.
 func TestConsole(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	// Read-write: the test sets faults from the page (the default link is read-only).
-	up, out, done := startUp(t, bin, root, "--purge", "--data-dir", data, "--console-read-write")
+	up, out, done := testenv.StartUp(t, bin, root, "--purge", "--data-dir", data, "--console-read-write")
 	defer func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {
@@ -36,7 +37,7 @@ func TestConsole(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			_ = up.Process.Kill()
 		}
-		assertNoProcessesUsing(t, data)
+		testenv.AssertNoProcessesUsing(t, data)
 	}()
 	m := regexp.MustCompile(`web console: (http://127\.0\.0\.1:\d+/console/login\?ticket=[0-9a-f]+)`).FindStringSubmatch(out.String())
 	if m == nil {

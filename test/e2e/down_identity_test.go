@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // TestDownAndUpLeaveForeignThingsAlone: `portside down --purge` with a pid
@@ -16,7 +18,7 @@ import (
 // neither signals it nor removes a directory `up` did not create, and
 // `portside up` does not take over such a directory.
 func TestDownAndUpLeaveForeignThingsAlone(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	sleep := exec.Command("sleep", "60")
 	if err := sleep.Start(); err != nil {
 		t.Fatal(err)

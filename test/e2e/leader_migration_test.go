@@ -56,7 +56,7 @@ const upstreamBug = `informer name "kube-controller-manager" is already register
 // blocks such a kube-controller-manager (kcm-external-leader-migration);
 // the test asserts each.
 func TestLeaderMigrationFromKubeControllerManager(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	binDir, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)

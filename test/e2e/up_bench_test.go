@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // BenchmarkUpPods: `portside up --nodes 200`, then a Deployment of 1,000
@@ -51,10 +53,10 @@ type upPodsResult struct {
 // runUpPods runs `portside up --nodes <nodes>` in a data directory of its
 // own, measures the Deployment of pods (measurePods), and stops it.
 func runUpPods(tb testing.TB, nodes, pods int) upPodsResult {
-	bin, root := buildPortside(tb)
+	bin, root := testenv.BuildPortside(tb)
 	data := filepath.Join(tb.TempDir(), "up")
 	began := time.Now()
-	up, _, done := startUp(tb, bin, root, "--nodes", strconv.Itoa(nodes), "--purge", "--data-dir", data)
+	up, _, done := testenv.StartUp(tb, bin, root, "--nodes", strconv.Itoa(nodes), "--purge", "--data-dir", data)
 	upReady := time.Since(began)
 	stop := func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
@@ -70,7 +72,7 @@ func runUpPods(tb testing.TB, nodes, pods int) upPodsResult {
 		r = measurePods(tb, bin, data, nodes, pods)
 	}()
 	r.upReady = upReady
-	assertNoProcessesUsing(tb, data)
+	testenv.AssertNoProcessesUsing(tb, data)
 	return r
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/vpc"
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -57,14 +58,14 @@ const credentialPlugin = "portside-credential-provider"
 // runs too, with a credential of its own (one more exec).
 func TestUpRealPrivateImage(t *testing.T) {
 	vpctest.RequireRoot(t)
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	t.Cleanup(func() {
 		if out, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
 			t.Errorf("portside down: %v\n%s", err, out)
 		}
 	})
-	up, out, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
+	up, out, done := testenv.StartUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
 	defer func() {
 		if t.Failed() {
 			t.Logf("portside up output:\n%s", out.String())

@@ -23,6 +23,7 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // BenchmarkUpRealNodes measures the real-node paths users feel:
@@ -158,7 +159,7 @@ type pathResult struct {
 }
 
 func runRealBench(tb testing.TB, cfg realBenchConfig) realBenchResult {
-	bin, root := buildPortside(tb)
+	bin, root := testenv.BuildPortside(tb)
 	data := filepath.Join(tb.TempDir(), "up")
 	var r realBenchResult
 	start := func() (stop func()) {

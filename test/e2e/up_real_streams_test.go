@@ -27,6 +27,7 @@ import (
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
 	"github.com/portside-io/portside/internal/proc"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 )
 
@@ -195,7 +196,7 @@ func (r streamsResult) cpuPerRoundTrip() float64 {
 }
 
 func runStreamsBench(tb testing.TB, cfg streamsConfig) []streamsResult {
-	bin, root := buildPortside(tb)
+	bin, root := testenv.BuildPortside(tb)
 	binDir, err := tools.BinDir()
 	if err != nil {
 		tb.Fatal(err)
@@ -233,7 +234,7 @@ func runStreamsBench(tb testing.TB, cfg streamsConfig) []streamsResult {
 // startRealUp runs `up` with real nodes on data until ready and returns
 // its output and what stops it (down, then up's exit awaited).
 func startRealUp(tb testing.TB, bin, root, data string, extra ...string) (stop func(), out *syncBuffer) {
-	up, out, done := startUp(tb, bin, root, append([]string{"--node-mode=real", "--data-dir", data}, extra...)...)
+	up, out, done := testenv.StartUp(tb, bin, root, append([]string{"--node-mode=real", "--data-dir", data}, extra...)...)
 	return func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {

@@ -39,7 +39,7 @@ import (
 // host sysctls and firewall rulesets as a whole).
 func TestUpRealNodes(t *testing.T) {
 	vpctest.RequireRoot(t)
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	// Whatever fails, nothing of this environment outlives the test.
 	t.Cleanup(func() {
@@ -83,7 +83,7 @@ func TestUpRealNodes(t *testing.T) {
 	testenv.CheckHostAsFound(t, "after up --once", before, mine)
 
 	// A running up killed with -9: its machines are left; down removes them.
-	up, upOut, done := startUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
+	up, upOut, done := testenv.StartUp(t, bin, root, "--node-mode=real", "--nodes=1", "--data-dir", data)
 	if !strings.Contains(upOut.String(), "1 kubelets TLS-bootstrapped and registered") {
 		t.Errorf("second run: no kubelet registered:\n%s", upOut.String())
 	}
@@ -101,7 +101,7 @@ func TestUpRealNodes(t *testing.T) {
 		t.Fatalf("portside down after kill -9: %v\n%s", err, downOut)
 	}
 	testenv.CheckHostAsFound(t, "after kill -9 of up and portside down", before, mine)
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 }
 
 // powerCycle stops node's instance through the cloud's API, as `portside

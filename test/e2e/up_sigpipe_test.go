@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // TestUpStopsWhenItsReaderIsGone: when whoever reads `portside up`'s output
@@ -19,7 +21,7 @@ import (
 // SIGPIPE mid-shutdown (its children would then be killed by their
 // parent-death signal before the cloud removes what it made).
 func TestUpStopsWhenItsReaderIsGone(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -72,5 +74,5 @@ func TestUpStopsWhenItsReaderIsGone(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, "portside-up.pid")); err == nil {
 		t.Errorf("the pid file is left: up did not finish its shutdown")
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 }

@@ -28,50 +28,18 @@ import (
 
 	"github.com/portside-io/portside/internal/devenv"
 	"github.com/portside-io/portside/internal/syncbuf"
+	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
 )
 
-// buildPortside compiles the binary once per test into a temp dir.
 // syncBuffer is what a child process writes while the test reads.
 type syncBuffer = syncbuf.Buffer
-
-func buildPortside(t testing.TB) (bin, root string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("runs a real control plane; skipped with -short")
-	}
-	root, err := tools.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(t.TempDir(), "portside")
-	out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "portside")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin, root
-}
-
-func assertNoProcessesUsing(t testing.TB, dir string) {
-	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), dir) {
-			continue
-		}
-		if stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); strings.Contains(string(stat), ") Z ") {
-			continue
-		}
-		t.Errorf("process still running: %s: %s", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
-	}
-}
 
 // TestUpOnce is `make demo DEMO_FLAGS=--once` from a fresh data directory:
 // the whole stack comes up, a request through a LoadBalancer VIP is answered
 // by a simulated node, and everything stops and is removed.
 func TestUpOnce(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	cmd := exec.Command(bin, "up", "--node-mode=simulated", "--once", "--purge", "--data-dir", data)
 	cmd.Dir = root
@@ -104,7 +72,7 @@ func TestUpOnce(t *testing.T) {
 	if m := regexp.MustCompile(`GET http://127\.25[01]\.\d+\.\d+:8080/ → 200 OK from (node-\d)`).FindSubmatch(out); m == nil {
 		t.Errorf("output shows no request through the VIP answered by a node")
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 	if _, err := os.Stat(data); !os.IsNotExist(err) {
 		t.Errorf("--purge left %s behind (%v)", data, err)
 	}
@@ -115,9 +83,9 @@ func TestUpOnce(t *testing.T) {
 // down` stops it and keeps state; a second run reuses the machines and
 // Nodes, and removes those beyond a smaller --nodes.
 func TestUpStatusDownAndRerun(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up, out, done := startUp(t, bin, root, "--data-dir", data)
+	up, out, done := testenv.StartUp(t, bin, root, "--data-dir", data)
 	defer func() {
 		_ = up.Process.Kill()
 	}()
@@ -182,7 +150,7 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 	if !strings.Contains(out.String(), "state kept in") {
 		t.Errorf("up output lacks the state message:\n%s", out.String())
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 	if _, err := os.Stat(filepath.Join(data, "controlplane", "etcd")); err != nil {
 		t.Errorf("state not kept: %v", err)
 	}
@@ -202,13 +170,13 @@ func TestUpStatusDownAndRerun(t *testing.T) {
 			t.Errorf("rerun output lacks %q", want)
 		}
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 }
 
 // TestUpFailingPartStopsEverything: when a part fails to start, what was
 // started before it is stopped, and the error names the part and the cause.
 func TestUpFailingPartStopsEverything(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 
 	// The local cloud fails after the control plane is up: an empty token
 	// file is a damaged state it refuses to serve with.
@@ -240,7 +208,7 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 
 	// No control-plane binaries: the first part fails, naming `make tools`.
 	data = filepath.Join(t.TempDir(), "up")
@@ -251,7 +219,7 @@ func TestUpFailingPartStopsEverything(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "portside: error: control plane: etcd not found") || !strings.Contains(string(out), "make tools") {
 		t.Errorf("up without tools: %v\n%s", err, out)
 	}
-	assertNoProcessesUsing(t, data)
+	testenv.AssertNoProcessesUsing(t, data)
 }
 
 // deleteNamespaceWithLoadBalancers: on a running `up`, a namespace with 5
@@ -402,9 +370,9 @@ func upClient(t testing.TB, data string) kubernetes.Interface {
 // period with its jitter (1.2 s), plus slack for a loaded 2-core machine
 // running other test packages at the same time.
 func TestUpCCMReplicas(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up, out, done := startUp(t, bin, root, "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
+	up, out, done := testenv.StartUp(t, bin, root, "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
 	defer func() {
 		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 		select {
@@ -412,7 +380,7 @@ func TestUpCCMReplicas(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			_ = up.Process.Kill()
 		}
-		assertNoProcessesUsing(t, data)
+		testenv.AssertNoProcessesUsing(t, data)
 	}()
 	leader := func() string {
 		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
@@ -630,38 +598,4 @@ func healthyBackendNames(bin, data, service string) ([]string, bool) {
 func healthyBackendsOf(bin, data, service string) (int, bool) {
 	nodes, ok := healthyBackendNames(bin, data, service)
 	return len(nodes), ok
-}
-
-// startUp runs `portside up` with args until it says it is ready.
-func startUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
-	t.Helper()
-	// The CLI's default is real nodes where the machine allows it; these
-	// tests exercise the simulated stand-ins unless they ask otherwise.
-	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node-mode") }) {
-		args = append([]string{"--node-mode=simulated"}, args...)
-	}
-	up := exec.Command(bin, append([]string{"up"}, args...)...)
-	up.Dir = root
-	// If the test binary dies (a go test timeout), up gets SIGTERM and
-	// stops everything it started, instead of running on as an orphan.
-	up.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out := &syncBuffer{}
-	up.Stdout, up.Stderr = out, out
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
-	deadline := time.After(2 * time.Minute)
-	for !strings.Contains(out.String(), "press Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
-		case <-deadline:
-			_ = up.Process.Kill()
-			t.Fatalf("portside up not ready:\n%s", out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return up, out, done
 }

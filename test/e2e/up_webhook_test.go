@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/portside-io/portside/deploy"
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // TestUpWebhookRequiresTheAPIServersCertificate: in `portside up` the
@@ -26,9 +27,9 @@ import (
 // certificate of the cluster's CA (the admin's): only the webhook client
 // CA's certificate, which only the apiserver holds, is accepted.
 func TestUpWebhookRequiresTheAPIServersCertificate(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
-	up, out, done := startUp(t, bin, root, "--nodes", "1", "--network-proxy=false", "--purge", "--data-dir", data)
+	up, out, done := testenv.StartUp(t, bin, root, "--nodes", "1", "--network-proxy=false", "--purge", "--data-dir", data)
 	defer func() {
 		if b, err := exec.Command(bin, "down", "--data-dir", data).CombinedOutput(); err != nil {
 			t.Errorf("portside down: %v\n%s", err, b)
@@ -39,7 +40,7 @@ func TestUpWebhookRequiresTheAPIServersCertificate(t *testing.T) {
 			_ = up.Process.Kill()
 			t.Errorf("portside up did not exit after portside down")
 		}
-		assertNoProcessesUsing(t, data)
+		testenv.AssertNoProcessesUsing(t, data)
 	}()
 	if !strings.Contains(out.String(), "from the ccm's persistent-volume-label webhook") {
 		t.Fatalf("the demo shows no PV labelled by the webhook:\n%s", out.String())

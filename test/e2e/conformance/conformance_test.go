@@ -1,4 +1,7 @@
-package e2e
+// Package conformance runs `portside conformance` against `portside up`
+// (Portside's CCM, upstream's, and one broken on purpose): its own package
+// so that it runs beside test/e2e's tests, not after them.
+package conformance
 
 import (
 	"encoding/xml"
@@ -11,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portside-io/portside/internal/conformance"
+	suite "github.com/portside-io/portside/internal/conformance"
+	"github.com/portside-io/portside/internal/testenv"
 )
 
 // TestConformance runs `portside conformance` in three environments built
@@ -21,7 +25,7 @@ import (
 // documented differences fail; with a provider broken on purpose
 // (test/brokenccm) exactly the tests covering what it breaks fail.
 func TestConformance(t *testing.T) {
-	bin, root := buildPortside(t)
+	bin, root := testenv.BuildPortside(t)
 	build := func(pkg string) string {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), filepath.Base(pkg))
@@ -70,7 +74,7 @@ func TestConformance(t *testing.T) {
 			}
 			brokenFile := filepath.Join(t.TempDir(), "broken")
 			t.Setenv("PORTSIDE_BROKEN_FILE", brokenFile)
-			up, out, done := startUp(t, bin, root, args...)
+			up, out, done := testenv.StartUp(t, bin, root, args...)
 			defer func() {
 				_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
 				select {
@@ -78,7 +82,7 @@ func TestConformance(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					_ = up.Process.Kill()
 				}
-				assertNoProcessesUsing(t, data)
+				testenv.AssertNoProcessesUsing(t, data)
 			}()
 			if tc.break_ != "" {
 				if err := os.WriteFile(brokenFile, []byte(tc.break_), 0o644); err != nil {
@@ -109,7 +113,7 @@ func TestConformance(t *testing.T) {
 			// The expected sets, from the suite itself: every test not left
 			// out has exactly one expected status.
 			want := map[string][]string{"failed": tc.wantFailed}
-			for _, test := range conformance.Tests() {
+			for _, test := range suite.Tests() {
 				switch name := test.Name; {
 				case slices.Contains(tc.notRun, name), slices.Contains(tc.wantFailed, name):
 				case wantSkipped[name] != "":
@@ -124,8 +128,8 @@ func TestConformance(t *testing.T) {
 					t.Errorf("%s tests %v, want exactly %v", status, g, w)
 				}
 			}
-			if n := len(results); n != len(conformance.Tests())-len(tc.notRun) {
-				t.Errorf("%d tests reported, want %d (the suite's %d but %v)", n, len(conformance.Tests())-len(tc.notRun), len(conformance.Tests()), tc.notRun)
+			if n := len(results); n != len(suite.Tests())-len(tc.notRun) {
+				t.Errorf("%d tests reported, want %d (the suite's %d but %v)", n, len(suite.Tests())-len(tc.notRun), len(suite.Tests()), tc.notRun)
 			}
 			for name, r := range results {
 				if r.status == "skipped" && wantSkipped[name] != "" && !strings.Contains(r.message, wantSkipped[name]) {
