@@ -274,6 +274,32 @@ func HostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
 	return add, remove
 }
 
+// SharedAddress returns an IP address (InternalIP or ExternalIP) that two
+// hosts of the set share, or "" when each is one host's. It happens when
+// the cloud gives a deleted instance's address to a new instance before
+// the old Node is deleted: for a while both Nodes are hosts. A provider
+// that keys backends by address (the local cloud, IP target groups) then
+// holds one backend for both, which a difference cannot describe: adding
+// the new host only renames that backend, and removing the old host later
+// removes it, leaving the new host out of the load balancer while the
+// controller believes it in. HostChanges is only sent as a difference
+// between two sets that have no shared address; else the whole set is.
+func SharedAddress(hosts []cloud.Host) string {
+	owner := make(map[string]string, len(hosts))
+	for _, h := range hosts {
+		for _, a := range h.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if o, ok := owner[a.Address]; ok && o != h.Name {
+				return a.Address
+			}
+			owner[a.Address] = h.Name
+		}
+	}
+	return ""
+}
+
 func sameHost(a, b *cloud.Host) bool {
 	return a.ProviderID == b.ProviderID && slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Labels, b.Labels)
 }

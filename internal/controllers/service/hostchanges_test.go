@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,14 +81,14 @@ func (l *changerLB) ChangeLoadBalancerHosts(_ context.Context, spec *cloud.LoadB
 // a load balancer found gone is ensured again in full.
 func TestIncrementalHostChanges(t *testing.T) {
 	lb := &changerLB{fakeLB: &fakeLB{}}
-	h := startHarness(t, lb.fakeLB, func(c *Config) { c.LoadBalancers = lb }, svc(withFinalizer), node("n1", nil), node("n2", nil))
+	h := startHarness(t, lb.fakeLB, func(c *Config) { c.LoadBalancers = lb }, svc(withFinalizer), nodeAt("n1", "10.0.0.1"), nodeAt("n2", "10.0.0.2"))
 	eventually(t, 5*time.Second, "the first ensure", func() bool { return len(lb.snapshot()) == 1 })
 	last := func() lbCall { c := lb.snapshot(); return c[len(c)-1] }
 	if c := last(); c.op != "ensure" || !slices.Equal(c.hosts, []string{"n1", "n2"}) {
 		t.Fatalf("first call %+v", c)
 	}
 	ctx := context.Background()
-	if _, err := h.client.CoreV1().Nodes().Create(ctx, node("n3", nil), metav1.CreateOptions{}); err != nil {
+	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n3", "10.0.0.3"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "a change adding n3", func() bool {
@@ -110,7 +111,7 @@ func TestIncrementalHostChanges(t *testing.T) {
 	lb.mu.Lock()
 	lb.notFound = true
 	lb.mu.Unlock()
-	if _, err := h.client.CoreV1().Nodes().Create(ctx, node("n4", nil), metav1.CreateOptions{}); err != nil {
+	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n4", "10.0.0.4"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "a full ensure after the change found the load balancer gone", func() bool {
@@ -130,17 +131,17 @@ func TestHostChangesComputedOncePerPair(t *testing.T) {
 	gen1 := []cloud.Host{h("a", "10.0.0.1")}
 	gen2 := []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}
 	c := &Controller{}
-	add, rem := c.hostChanges(gen1, gen2)
-	if len(add) != 1 || add[0].Name != "b" || len(rem) != 0 {
-		t.Fatalf("add %v remove %v; want add b", add, rem)
+	add, rem, whole := c.hostChanges(gen1, gen2)
+	if len(add) != 1 || add[0].Name != "b" || len(rem) != 0 || whole {
+		t.Fatalf("add %v remove %v whole %v; want add b", add, rem, whole)
 	}
-	again, _ := c.hostChanges(gen1, gen2)
+	again, _, _ := c.hostChanges(gen1, gen2)
 	if len(c.diffs) != 1 || &again[0] != &add[0] {
 		t.Errorf("the same pair was computed again (%d remembered)", len(c.diffs))
 	}
 	relabeled := slices.Clone(gen1)
 	relabeled[0].Labels = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
-	add, rem = c.hostChanges(relabeled, gen2)
+	add, rem, _ = c.hostChanges(relabeled, gen2)
 	if len(add) != 2 || len(rem) != 1 {
 		t.Errorf("from an equal-named but relabeled set: add %v remove %v; want a and b added, a removed", add, rem)
 	}
@@ -149,5 +150,158 @@ func TestHostChangesComputedOncePerPair(t *testing.T) {
 	}
 	if len(c.diffs) != hostDiffsKept {
 		t.Errorf("%d differences remembered, want at most %d", len(c.diffs), hostDiffsKept)
+	}
+}
+
+// nodeAt is a node with its own InternalIP.
+func nodeAt(name, ip string) *corev1.Node {
+	return node(name, func(n *corev1.Node) { n.Status.Addresses[0].Address = ip })
+}
+
+func TestSharedAddress(t *testing.T) {
+	h := func(name string, addrs ...corev1.NodeAddress) cloud.Host {
+		return cloud.Host{Name: name, ProviderID: "local://" + name, Addresses: addrs}
+	}
+	internal := func(ip string) corev1.NodeAddress {
+		return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip}
+	}
+	external := func(ip string) corev1.NodeAddress {
+		return corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip}
+	}
+	hostname := func(n string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeHostName, Address: n} }
+	for _, tc := range []struct {
+		name  string
+		hosts []cloud.Host
+		want  string
+	}{
+		{"none", nil, ""},
+		{"distinct", []cloud.Host{h("a", internal("10.0.0.1")), h("b", internal("10.0.0.2"))}, ""},
+		{"an address reused by a new node while the old one is still there",
+			[]cloud.Host{h("n007", internal("10.0.0.7")), h("n012", internal("10.0.0.7"))}, "10.0.0.7"},
+		{"internal of one, external of another", []cloud.Host{h("a", internal("10.0.0.1")), h("b", internal("10.0.0.2"), external("10.0.0.1"))}, "10.0.0.1"},
+		{"one host with the address twice (internal and external)", []cloud.Host{h("a", internal("10.0.0.1"), external("10.0.0.1"))}, ""},
+		{"hostnames are not backend addresses", []cloud.Host{h("a", internal("10.0.0.1"), hostname("x")), h("b", internal("10.0.0.2"), hostname("x"))}, ""},
+		{"no addresses", []cloud.Host{h("a"), h("b")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SharedAddress(tc.hosts); got != tc.want {
+				t.Errorf("SharedAddress = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// addressLB is a cloud whose load balancers key their backends by
+// address, as the local cloud's (api.ChangeBackendsRequest): a change
+// removes, then adds, by address; adding an address it has renames that
+// backend. It keeps one load balancer's backends, address -> host name.
+type addressLB struct {
+	*fakeLB
+	mu       sync.Mutex
+	backends map[string]string
+}
+
+func internalIP(h cloud.Host) string {
+	for _, a := range h.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+func (l *addressLB) set(hosts []cloud.Host) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backends = map[string]string{}
+	for _, h := range hosts {
+		l.backends[internalIP(h)] = h.Name
+	}
+}
+
+func (l *addressLB) EnsureLoadBalancer(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) (*corev1.LoadBalancerStatus, error) {
+	l.set(hosts)
+	return l.fakeLB.EnsureLoadBalancer(ctx, spec, hosts)
+}
+
+func (l *addressLB) UpdateLoadBalancerHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) error {
+	l.set(hosts)
+	return l.fakeLB.UpdateLoadBalancerHosts(ctx, spec, hosts)
+}
+
+func (l *addressLB) ChangeLoadBalancerHosts(_ context.Context, spec *cloud.LoadBalancerSpec, add, remove []cloud.Host) error {
+	l.record("change", spec, append(slices.Clone(add), remove...))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range remove {
+		delete(l.backends, internalIP(h))
+	}
+	for _, h := range add {
+		l.backends[internalIP(h)] = h.Name
+	}
+	return nil
+}
+
+func (l *addressLB) names() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := []string{}
+	for _, n := range l.backends {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestAddressReusedByNewNode is the soak's lost backend: the cloud deletes
+// an instance (node n1, 10.0.0.1) and gives its address to a new one (n3)
+// before n1's Node is deleted. While both Nodes are hosts, the address-
+// keyed cloud has one backend for the two; when n1's Node goes, its
+// removal must not take n3's backend with it.
+//
+// How it fails on regression: sending the differences alone (+n3, which
+// renames the backend at 10.0.0.1, then -n1, which deletes it) leaves the
+// load balancer without n3 while the controller remembers n3 in it, and
+// nothing changes that until the host set changes again.
+func TestAddressReusedByNewNode(t *testing.T) {
+	lb := &addressLB{fakeLB: &fakeLB{}}
+	h := startHarness(t, lb.fakeLB, func(c *Config) { c.LoadBalancers = lb }, svc(withFinalizer),
+		nodeAt("n1", "10.0.0.1"), nodeAt("n2", "10.0.0.2"))
+	synced := func(want ...string) func() bool {
+		return func() bool {
+			hosts, hash := h.c.currentHosts()
+			h.c.mu.Lock()
+			st, ok := h.c.state["ns/s"]
+			h.c.mu.Unlock()
+			names := []string{}
+			for _, x := range hosts {
+				names = append(names, x.Name)
+			}
+			return ok && st.hostsHash == hash && slices.Equal(names, want)
+		}
+	}
+	eventually(t, 5*time.Second, "the load balancer with n1 and n2", synced("n1", "n2"))
+	ctx := context.Background()
+	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n3", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the load balancer synced with n1, n2 and n3", synced("n1", "n2", "n3"))
+	if err := h.client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the load balancer synced with n2 and n3", synced("n2", "n3"))
+	if got := lb.names(); !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Fatalf("the cloud's backends are %v, want [n2 n3]", got)
+	}
+	// Once no address is shared, a node joining is a difference again.
+	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n4", "10.0.0.4"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the load balancer synced with n2, n3 and n4", synced("n2", "n3", "n4"))
+	if got := lb.names(); !slices.Equal(got, []string{"n2", "n3", "n4"}) {
+		t.Fatalf("the cloud's backends are %v, want [n2 n3 n4]", got)
+	}
+	if c := lb.snapshot(); c[len(c)-1].op != "change" || !slices.Equal(c[len(c)-1].hosts, []string{"n4"}) {
+		t.Errorf("n4 joining without a shared address: last call %+v, want a change of n4", c[len(c)-1])
 	}
 }

@@ -79,15 +79,20 @@ func (c *Controller) updateHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 // changeHosts moves the cloud's host set from prev to hosts: with a
 // provider that changes hosts incrementally, only the difference (O(1)
 // per load balancer for one node, the difference being computed once per
-// pair of host sets), else the whole set. Counted like updateHosts.
+// pair of host sets), else the whole set. The whole set is sent too while
+// two hosts of either set share an address (SharedAddress): a difference
+// could remove the backend both stand for. Counted like updateHosts.
 func (c *Controller) changeHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, prev, hosts []cloud.Host) error {
 	changer, ok := c.cfg.LoadBalancers.(cloud.LoadBalancerHostChanger)
 	if !ok || prev == nil {
 		return c.updateHosts(ctx, spec, hosts)
 	}
-	add, remove := c.hostChanges(prev, hosts)
+	add, remove, whole := c.hostChanges(prev, hosts)
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
+	}
+	if whole {
+		return c.updateHosts(ctx, spec, hosts)
 	}
 	c.metrics.lbSyncs.Inc()
 	start := time.Now()
@@ -99,10 +104,12 @@ func (c *Controller) changeHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 	return err
 }
 
-// hostDiff is a computed HostChanges(from, to).
+// hostDiff is a computed HostChanges(from, to); whole is set when either
+// set has a SharedAddress, and the difference must not be sent alone.
 type hostDiff struct {
 	from, to    []cloud.Host
 	add, remove []cloud.Host
+	whole       bool
 }
 
 // hostDiffsKept bounds the remembered differences: load balancers are at
@@ -114,21 +121,22 @@ const hostDiffsKept = 4
 // never modified (synced.hosts), so after a node change every load balancer
 // asks for the same pair, which is recognised by identity: O(1) each
 // instead of O(nodes).
-func (c *Controller) hostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
+func (c *Controller) hostChanges(from, to []cloud.Host) (add, remove []cloud.Host, whole bool) {
 	c.diffMu.Lock()
 	defer c.diffMu.Unlock()
 	for _, d := range c.diffs {
 		if sameSlice(d.from, from) && sameSlice(d.to, to) {
-			return d.add, d.remove
+			return d.add, d.remove, d.whole
 		}
 	}
 	add, remove = HostChanges(from, to)
+	whole = SharedAddress(from) != "" || SharedAddress(to) != ""
 	if len(c.diffs) < hostDiffsKept {
 		c.diffs = append(c.diffs, hostDiff{})
 	}
 	copy(c.diffs[1:], c.diffs)
-	c.diffs[0] = hostDiff{from: from, to: to, add: add, remove: remove}
-	return add, remove
+	c.diffs[0] = hostDiff{from: from, to: to, add: add, remove: remove, whole: whole}
+	return add, remove, whole
 }
 
 // sameSlice reports whether a and b are the same slice (same array and
