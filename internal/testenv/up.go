@@ -85,3 +85,16 @@ func AssertNoProcessesUsing(t testing.TB, dir string) {
 		t.Errorf("process still running: %s: %s", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 }
+
+// StopUp runs `portside down` for data, waits for up (StartUp's) to exit,
+// killing it after 30 s, and fails t for anything of data's still running.
+func StopUp(t testing.TB, bin, data string, up *exec.Cmd, done <-chan error) {
+	t.Helper()
+	_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = up.Process.Kill()
+	}
+	AssertNoProcessesUsing(t, data)
+}

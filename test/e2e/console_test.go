@@ -30,15 +30,7 @@ func TestConsole(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "up")
 	// Read-write: the test sets faults from the page (the default link is read-only).
 	up, out, done := testenv.StartUp(t, bin, root, "--purge", "--data-dir", data, "--console-read-write")
-	defer func() {
-		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-		}
-		testenv.AssertNoProcessesUsing(t, data)
-	}()
+	defer testenv.StopUp(t, bin, data, up, done)
 	m := regexp.MustCompile(`web console: (http://127\.0\.0\.1:\d+/console/login\?ticket=[0-9a-f]+)`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("portside up printed no console link:\n%s", out.String())

@@ -373,15 +373,7 @@ func TestUpCCMReplicas(t *testing.T) {
 	bin, root := testenv.BuildPortside(t)
 	data := filepath.Join(t.TempDir(), "up")
 	up, out, done := testenv.StartUp(t, bin, root, "--ccm-replicas", "2", "--nodes", "2", "--purge", "--data-dir", data)
-	defer func() {
-		_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-		}
-		testenv.AssertNoProcessesUsing(t, data)
-	}()
+	defer testenv.StopUp(t, bin, data, up, done)
 	leader := func() string {
 		js, err := exec.Command(bin, "status", "--data-dir", data, "-o", "json").Output()
 		var rep devenv.Report

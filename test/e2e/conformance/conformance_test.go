@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	suite "github.com/portside-io/portside/internal/conformance"
 	"github.com/portside-io/portside/internal/testenv"
@@ -75,15 +74,7 @@ func TestConformance(t *testing.T) {
 			brokenFile := filepath.Join(t.TempDir(), "broken")
 			t.Setenv("PORTSIDE_BROKEN_FILE", brokenFile)
 			up, out, done := testenv.StartUp(t, bin, root, args...)
-			defer func() {
-				_, _ = exec.Command(bin, "down", "--data-dir", data).CombinedOutput()
-				select {
-				case <-done:
-				case <-time.After(30 * time.Second):
-					_ = up.Process.Kill()
-				}
-				testenv.AssertNoProcessesUsing(t, data)
-			}()
+			defer testenv.StopUp(t, bin, data, up, done)
 			if tc.break_ != "" {
 				if err := os.WriteFile(brokenFile, []byte(tc.break_), 0o644); err != nil {
 					t.Fatal(err)
