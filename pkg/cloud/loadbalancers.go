@@ -230,8 +230,10 @@ type LoadBalancerLister interface {
 // changes when the provider has it, and UpdateLoadBalancerHosts otherwise.
 type LoadBalancerHostChanger interface {
 	// ChangeLoadBalancerHosts removes the hosts in remove, then adds those
-	// in add. Adding a host the load balancer has, or removing one it does
-	// not have, is not an error (a retried change is harmless). It returns
+	// in add. Adding a host the load balancer has updates it in place (the
+	// service controller sends a host changed only in its labels that way,
+	// never as a removal, so it is not drained), and removing one it does
+	// not have is not an error (a retried change is harmless). It returns
 	// an error wrapping ErrNotFound when the load balancer does not exist.
 	ChangeLoadBalancerHosts(ctx context.Context, spec *LoadBalancerSpec, add, remove []Host) error
 }

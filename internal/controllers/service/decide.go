@@ -249,9 +249,14 @@ func splitKey(key string) (string, string) {
 }
 
 // HostChanges is what turns the host set from into to: hosts of from not
-// in to (or in to with other addresses or labels) are removed, hosts of
-// to not in from (or changed) are added. Hosts are identified by name;
-// the result follows to's and from's order.
+// in to, or in to as another target (another instance or other
+// addresses), are removed; hosts of to not in from, or changed in any way,
+// are added. A host changed only in its labels is added, not removed: the
+// cloud updates it in place (adding a host it has is an update), where a
+// removal would drain its connections and restart its health checks for a
+// node that never stopped serving (a `kubectl label node` followed by any
+// node joining did that to every relabeled node). Hosts are identified by
+// name; the result follows to's and from's order.
 func HostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
 	next := make(map[string]*cloud.Host, len(to))
 	for i := range to {
@@ -261,7 +266,7 @@ func HostChanges(from, to []cloud.Host) (add, remove []cloud.Host) {
 	for i := range from {
 		h := &from[i]
 		old[h.Name] = h
-		if n, ok := next[h.Name]; !ok || !sameHost(h, n) {
+		if n, ok := next[h.Name]; !ok || !sameTarget(h, n) {
 			remove = append(remove, *h)
 		}
 	}
@@ -300,6 +305,12 @@ func SharedAddress(hosts []cloud.Host) string {
 	return ""
 }
 
+// sameTarget reports whether a and b are the same backend to a cloud: the
+// same instance at the same addresses (in any order).
+func sameTarget(a, b *cloud.Host) bool {
+	return a.ProviderID == b.ProviderID && sameAddresses(a.Addresses, b.Addresses)
+}
+
 func sameHost(a, b *cloud.Host) bool {
-	return a.ProviderID == b.ProviderID && slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Labels, b.Labels)
+	return sameTarget(a, b) && maps.Equal(a.Labels, b.Labels)
 }

@@ -20,6 +20,12 @@ func TestHostChanges(t *testing.T) {
 	}
 	labeled := h("b", "10.0.0.2")
 	labeled.Labels = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
+	reborn := h("b", "10.0.0.2")
+	reborn.ProviderID = "local://i-new"
+	twoAddrs := h("c", "10.0.0.3")
+	twoAddrs.Addresses = append(twoAddrs.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.3"})
+	twoAddrsSwapped := twoAddrs
+	twoAddrsSwapped.Addresses = []corev1.NodeAddress{twoAddrs.Addresses[1], twoAddrs.Addresses[0]}
 	names := func(hs []cloud.Host) []string {
 		out := []string{}
 		for _, x := range hs {
@@ -37,7 +43,9 @@ func TestHostChanges(t *testing.T) {
 		{"one leaves", []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}, []cloud.Host{h("b", "10.0.0.2")}, []string{}, []string{"a=10.0.0.1"}},
 		{"order is not a change", []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}, []cloud.Host{h("b", "10.0.0.2"), h("a", "10.0.0.1")}, []string{}, []string{}},
 		{"address changed: remove old, add new", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("a", "10.0.0.9")}, []string{"a=10.0.0.9"}, []string{"a=10.0.0.1"}},
-		{"labels changed (zone): re-added", []cloud.Host{h("b", "10.0.0.2")}, []cloud.Host{labeled}, []string{"b=10.0.0.2"}, []string{"b=10.0.0.2"}},
+		{"labels changed (zone): updated in place, not removed", []cloud.Host{h("b", "10.0.0.2")}, []cloud.Host{labeled}, []string{"b=10.0.0.2"}, []string{}},
+		{"another instance under the same name and address: remove and add", []cloud.Host{h("b", "10.0.0.2")}, []cloud.Host{reborn}, []string{"b=10.0.0.2"}, []string{"b=10.0.0.2"}},
+		{"addresses reordered: no change", []cloud.Host{twoAddrs}, []cloud.Host{twoAddrsSwapped}, []string{}, []string{}},
 		{"all replaced", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("c", "10.0.0.3")}, []string{"c=10.0.0.3"}, []string{"a=10.0.0.1"}},
 		{"from nothing", nil, []cloud.Host{h("a", "10.0.0.1")}, []string{"a=10.0.0.1"}, []string{}},
 		{"to nothing", []cloud.Host{h("a", "10.0.0.1")}, nil, []string{}, []string{"a=10.0.0.1"}},
@@ -120,6 +128,36 @@ func TestIncrementalHostChanges(t *testing.T) {
 	})
 }
 
+// A node relabeled (kubectl label node) and then any node joining: the
+// relabeled host is sent as an update, never removed, so the cloud does
+// not drain a backend that never stopped serving.
+func TestRelabeledHostNotRemoved(t *testing.T) {
+	lb := &changerLB{fakeLB: &fakeLB{}}
+	h := startHarness(t, lb.fakeLB, func(c *Config) { c.LoadBalancers = lb }, svc(withFinalizer), nodeAt("n1", "10.0.0.1"), nodeAt("n2", "10.0.0.2"))
+	eventually(t, 5*time.Second, "the first ensure", func() bool { return len(lb.snapshot()) == 1 })
+	ctx := context.Background()
+	n1, err := h.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.Labels = map[string]string{"team": "blue"}
+	if _, err := h.client.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n3", "10.0.0.3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a change adding n3", func() bool {
+		c := lb.snapshot()
+		return slices.Contains(c[len(c)-1].hosts, "+n3")
+	})
+	for _, c := range lb.snapshot() {
+		if slices.Contains(c.hosts, "-n1") || c.op == "update" {
+			t.Errorf("the relabeled n1 was removed (or the whole set sent): %+v", c)
+		}
+	}
+}
+
 // The difference between two host sets is computed once, whatever the
 // number of load balancers moving between them, and recognised by the
 // identity of the sets: an equal but distinct set (e.g. with other labels)
@@ -142,8 +180,8 @@ func TestHostChangesComputedOncePerPair(t *testing.T) {
 	relabeled := slices.Clone(gen1)
 	relabeled[0].Labels = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
 	add, rem, _ = c.hostChanges(relabeled, gen2)
-	if len(add) != 2 || len(rem) != 1 {
-		t.Errorf("from an equal-named but relabeled set: add %v remove %v; want a and b added, a removed", add, rem)
+	if len(add) != 2 || len(rem) != 0 {
+		t.Errorf("from an equal-named but relabeled set: add %v remove %v; want a (updated) and b added, nothing removed", add, rem)
 	}
 	for range 2 * hostDiffsKept {
 		c.hostChanges(slices.Clone(gen1), gen2)
