@@ -95,6 +95,10 @@ func StopUp(t testing.TB, bin, data string, up *exec.Cmd, done <-chan error) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		_ = up.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	AssertNoProcessesUsing(t, data)
 }

@@ -227,7 +227,9 @@ type LoadBalancerLister interface {
 // cloud's target groups do. With it, a node joining or leaving costs the
 // cloud one small change per load balancer instead of rewriting every
 // load balancer's full host list. The service controller uses it for host
-// changes when the provider has it, and UpdateLoadBalancerHosts otherwise.
+// changes when the provider has it, and UpdateLoadBalancerHosts otherwise
+// (and while two hosts of the old or the new set share an address, which a
+// difference keyed by host cannot describe to a cloud keyed by address).
 type LoadBalancerHostChanger interface {
 	// ChangeLoadBalancerHosts removes the hosts in remove, then adds those
 	// in add. Adding a host the load balancer has updates it in place (the

@@ -306,9 +306,10 @@ func SharedAddress(hosts []cloud.Host) string {
 }
 
 // sameTarget reports whether a and b are the same backend to a cloud: the
-// same instance at the same addresses (in any order).
+// same instance at the same addresses in the same order (a provider may
+// use a host's first address of a family: a reorder can change it).
 func sameTarget(a, b *cloud.Host) bool {
-	return a.ProviderID == b.ProviderID && sameAddresses(a.Addresses, b.Addresses)
+	return a.ProviderID == b.ProviderID && slices.Equal(a.Addresses, b.Addresses)
 }
 
 func sameHost(a, b *cloud.Host) bool {

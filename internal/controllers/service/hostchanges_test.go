@@ -45,7 +45,7 @@ func TestHostChanges(t *testing.T) {
 		{"address changed: remove old, add new", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("a", "10.0.0.9")}, []string{"a=10.0.0.9"}, []string{"a=10.0.0.1"}},
 		{"labels changed (zone): updated in place, not removed", []cloud.Host{h("b", "10.0.0.2")}, []cloud.Host{labeled}, []string{"b=10.0.0.2"}, []string{}},
 		{"another instance under the same name and address: remove and add", []cloud.Host{h("b", "10.0.0.2")}, []cloud.Host{reborn}, []string{"b=10.0.0.2"}, []string{"b=10.0.0.2"}},
-		{"addresses reordered: no change", []cloud.Host{twoAddrs}, []cloud.Host{twoAddrsSwapped}, []string{}, []string{}},
+		{"addresses reordered (the first of a family may be the backend): remove and add", []cloud.Host{twoAddrs}, []cloud.Host{twoAddrsSwapped}, []string{"c=198.51.100.3"}, []string{"c=10.0.0.3"}},
 		{"all replaced", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("c", "10.0.0.3")}, []string{"c=10.0.0.3"}, []string{"a=10.0.0.1"}},
 		{"from nothing", nil, []cloud.Host{h("a", "10.0.0.1")}, []string{"a=10.0.0.1"}, []string{}},
 		{"to nothing", []cloud.Host{h("a", "10.0.0.1")}, nil, []string{}, []string{"a=10.0.0.1"}},
@@ -151,7 +151,11 @@ func TestRelabeledHostNotRemoved(t *testing.T) {
 		c := lb.snapshot()
 		return slices.Contains(c[len(c)-1].hosts, "+n3")
 	})
-	for _, c := range lb.snapshot() {
+	calls := lb.snapshot()
+	if c := calls[len(calls)-1]; !slices.Equal(c.hosts, []string{"+n1", "+n3"}) {
+		t.Errorf("last change %+v, want n1 updated (its labels) and n3 added", c)
+	}
+	for _, c := range calls {
 		if slices.Contains(c.hosts, "-n1") || c.op == "update" {
 			t.Errorf("the relabeled n1 was removed (or the whole set sent): %+v", c)
 		}
@@ -220,10 +224,42 @@ func TestSharedAddress(t *testing.T) {
 		{"one host with the address twice (internal and external)", []cloud.Host{h("a", internal("10.0.0.1"), external("10.0.0.1"))}, ""},
 		{"hostnames are not backend addresses", []cloud.Host{h("a", internal("10.0.0.1"), hostname("x")), h("b", internal("10.0.0.2"), hostname("x"))}, ""},
 		{"no addresses", []cloud.Host{h("a"), h("b")}, ""},
+		{"IPv6, shared", []cloud.Host{h("a", internal("fd10::1")), h("b", internal("fd10::1"))}, "fd10::1"},
+		{"dual-stack, the IPv6 address shared", []cloud.Host{h("a", internal("10.0.0.1"), internal("fd10::1")), h("b", internal("10.0.0.2"), internal("fd10::1"))}, "fd10::1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := SharedAddress(tc.hosts); got != tc.want {
 				t.Errorf("SharedAddress = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The whole set is sent when either set, alone, has a shared address:
+// not for an address that moved from a host of the old set to another of
+// the new (a difference removes, then adds, which is right). The decision
+// is remembered with the difference.
+func TestHostChangesWhole(t *testing.T) {
+	h := func(name, ip string) cloud.Host {
+		return cloud.Host{Name: name, ProviderID: "local://" + name, Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to []cloud.Host
+		want     bool
+	}{
+		{"distinct", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}, false},
+		{"shared in the new set only (a node took a deleted one's address)", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.1")}, true},
+		{"shared in the old set only (the old node's Node deleted)", []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.1")}, []cloud.Host{h("b", "10.0.0.1")}, true},
+		{"moved from one host to another across the sets", []cloud.Host{h("a", "10.0.0.1")}, []cloud.Host{h("b", "10.0.0.1")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Controller{}
+			if _, _, whole := c.hostChanges(tc.from, tc.to); whole != tc.want {
+				t.Errorf("whole = %v, want %v", whole, tc.want)
+			}
+			if _, _, whole := c.hostChanges(tc.from, tc.to); whole != tc.want || len(c.diffs) != 1 {
+				t.Errorf("remembered: whole = %v (%d differences kept), want %v from one", whole, len(c.diffs), tc.want)
 			}
 		})
 	}
