@@ -26,8 +26,9 @@ type network struct {
 	NodePool netip.Prefix `json:"nodePool"`
 }
 
-// loadNetwork reads the environment's ranges, or picks one of 256 slots:
-// VIPs in a /23 of 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14.
+// loadNetwork reads the environment's ranges, or picks one of 256 slots
+// that no running environment uses (pickSlot): VIPs in a /23 of
+// 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14.
 func loadNetwork(path string) (network, error) {
 	var n network
 	data, err := os.ReadFile(path)
@@ -40,7 +41,7 @@ func loadNetwork(path string) (network, error) {
 	if !os.IsNotExist(err) {
 		return n, err
 	}
-	slot := uint32(rand.IntN(256))
+	slot := pickSlot(slotsInUse(), uint32(rand.IntN(slotCount)))
 	n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
 	n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
 	data, _ = json.Marshal(n)
