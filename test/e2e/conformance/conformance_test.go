@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	suite "github.com/portside-io/portside/internal/conformance"
@@ -94,6 +95,9 @@ func TestConformance(t *testing.T) {
 				// what does not in 20 s is broken.
 				"--max-wait=20s")
 			conf.Args = append(conf.Args, tc.extra...)
+			// If the test binary dies (a go test timeout), the suite is
+			// interrupted too: it cleans up what it made and exits.
+			conf.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 			report, err := conf.CombinedOutput()
 			t.Logf("portside conformance:\n%s", report)
 			results := readJUnit(t, junit)
