@@ -10,7 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// LoadBalancers provisions L4 load balancers for Services of type LoadBalancer.
+// LoadBalancers provisions L4 load balancers for Services of type
+// LoadBalancer. The hosts a method gets are shared with the controller's
+// other calls (as upstream shares its node list): read them, never modify
+// or keep them.
 type LoadBalancers interface {
 	// Features declares what the provider's load balancers support.
 	Features() LoadBalancerFeatures

@@ -68,9 +68,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (c *Controller) updateHosts(ctx context.Context, spec *cloud.LoadBalancerSpec, hosts []cloud.Host) error {
 	c.metrics.lbSyncs.Inc()
 	start := time.Now()
-	// A copy: hosts is the remembered host set and the key of the cached
-	// differences, shared by every worker; a provider may sort what it gets.
-	err := c.cfg.LoadBalancers.UpdateLoadBalancerHosts(ctx, spec, slices.Clone(hosts))
+	// hosts is shared (the remembered host set, the key of the cached
+	// differences): not copied per load balancer, as upstream shares its
+	// node list; the SDK says providers only read it.
+	err := c.cfg.LoadBalancers.UpdateLoadBalancerHosts(ctx, spec, hosts)
 	c.metrics.updateHostLatency.Observe(time.Since(start).Seconds())
 	if err != nil && !errors.Is(err, cloud.ErrImplementedElsewhere) {
 		c.metrics.nodeSyncErrors.Inc()
