@@ -61,7 +61,14 @@ func StartUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncbu
 		case err := <-done:
 			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
 		case <-deadline:
-			_ = up.Process.Kill()
+			// SIGTERM first: up stops what it started (real nodes'
+			// namespaces, mounts and cgroups too), which a kill would leave.
+			_ = up.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				_ = up.Process.Kill()
+			}
 			t.Fatalf("portside up not ready:\n%s", out.String())
 		case <-time.After(100 * time.Millisecond):
 		}
