@@ -10,7 +10,8 @@ import (
 // ChangeBackends removes, then adds, backends of a load balancer without
 // touching the others: a node joining or leaving costs the data plane work
 // for that node only. Removed backends drain as in Apply; adding one it has
-// (same address) only renames it.
+// (same address) only renames it; a removal with a name removes only a
+// backend of that name.
 func (p *Plane) ChangeBackends(name string, add, remove []api.Backend) error {
 	p.mu.Lock()
 	lb, ok := p.lbs[name]
@@ -29,7 +30,9 @@ func (b *balancer) changeBackends(add, remove []api.Backend) {
 		return
 	}
 	for _, r := range remove {
-		if be, ok := b.backends[r.Address]; ok {
+		// A named removal is for that node's backend only: another node
+		// given the address since keeps its own (api.ChangeBackendsRequest).
+		if be, ok := b.backends[r.Address]; ok && (r.Name == "" || r.Name == be.name) {
 			delete(b.backends, r.Address)
 			b.drain(be)
 		}

@@ -92,6 +92,15 @@ func TestChangeBackends(t *testing.T) {
 	if len(h2.Backends) != 1 || h2.Backends[0].Name != "b2" {
 		t.Errorf("backends after a repeated change: %+v", h2.Backends)
 	}
+	// A removal naming another node (b's address was a deleted node's):
+	// b2 stays.
+	if err := p.ChangeBackends("lb-c", nil, []api.Backend{{Name: "b", Address: b.ip.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	h3, _ := p.Health("lb-c")
+	if len(h3.Backends) != 1 || h3.Backends[0].Name != "b2" || h3.Backends[0].Draining {
+		t.Errorf("backends after a removal naming another node: %+v", h3.Backends)
+	}
 	if err := p.ChangeBackends("no-such-lb", nil, nil); err == nil {
 		t.Error("a change of a load balancer not in the data plane succeeded")
 	}

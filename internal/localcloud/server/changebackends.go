@@ -29,6 +29,7 @@ func (s *Server) changeBackends(w http.ResponseWriter, r *http.Request) {
 	}
 	defer lbLocks.lock(s, name)()
 	var n int
+	var removed []api.Backend
 	err := s.store.Update(func(tx *store.Tx) error {
 		lb, ok, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
 		if err != nil {
@@ -37,7 +38,7 @@ func (s *Server) changeBackends(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return notFound("load balancer %q not found", name)
 		}
-		if n, err = changeLBBackends(tx, name, req.Add, req.Remove); err != nil {
+		if n, removed, err = changeLBBackends(tx, name, req.Add, req.Remove); err != nil {
 			return err
 		}
 		if limit := s.limits().BackendsPerLB; n > limit {
@@ -47,8 +48,9 @@ func (s *Server) changeBackends(w http.ResponseWriter, r *http.Request) {
 		return putLBRecord(tx, &lb)
 	})
 	if err == nil {
-		// After the commit, under the name's lock, as every data-plane change.
-		err = s.plane.ChangeBackends(name, req.Add, req.Remove)
+		// After the commit, under the name's lock, as every data-plane
+		// change; only the removals the store made (by address and name).
+		err = s.plane.ChangeBackends(name, req.Add, removed)
 	}
 	respond(w, r, http.StatusOK, api.ChangeBackendsResponse{Name: name, Backends: n}, err)
 }

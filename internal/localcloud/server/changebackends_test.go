@@ -129,7 +129,7 @@ func TestInlineBackendsStillRead(t *testing.T) {
 	}
 	var n int
 	if err := srv.store.Update(func(tx *store.Tx) (err error) {
-		n, err = changeLBBackends(tx, "old", []api.Backend{{Name: "n3", Address: "127.1.0.3"}}, nil)
+		n, _, err = changeLBBackends(tx, "old", []api.Backend{{Name: "n3", Address: "127.1.0.3"}}, nil)
 		return err
 	}); err != nil || n != 3 {
 		t.Fatalf("change of an inline record: %d, %v", n, err)
@@ -137,6 +137,74 @@ func TestInlineBackendsStillRead(t *testing.T) {
 	_ = srv.store.View(func(tx *store.Tx) (err error) { lb, _, err = getLB(tx, "old"); return err })
 	if !slices.Equal(backendAddrs(lb.Backends), []string{"n1=127.1.0.1", "n2=127.1.0.2", "n3=127.1.0.3"}) {
 		t.Fatalf("after converting: %v", backendAddrs(lb.Backends))
+	}
+}
+
+// TestChangeBackendsAddressReused: a new node given a deleted node's
+// address is added first (the backend at that address is renamed to it);
+// the deleted node's removal, named, comes later and must leave the new
+// node's backend in the store and in the data plane. Unnamed removals
+// still remove by address.
+func TestChangeBackendsAddressReused(t *testing.T) {
+	srv, c := startServer(t)
+	ctx := context.Background()
+	spec := api.LoadBalancerSpec{Cluster: "c", Listeners: []api.Listener{{Protocol: api.ProtocolTCP, Port: 80, BackendPort: 30080}},
+		Backends: []api.Backend{{Name: "old", Address: "127.1.0.1"}, {Name: "n2", Address: "127.1.0.2"}}}
+	if _, err := c.PutLoadBalancer(ctx, "lb", spec); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		add, remove []api.Backend
+		want        []string
+	}{
+		// The new node joins at the old one's address: a rename.
+		{add: []api.Backend{{Name: "new", Address: "127.1.0.1"}}, want: []string{"n2=127.1.0.2", "new=127.1.0.1"}},
+		// The old node's late removal: not the new node's backend.
+		{remove: []api.Backend{{Name: "old", Address: "127.1.0.1"}}, want: []string{"n2=127.1.0.2", "new=127.1.0.1"}},
+		// A removal of the new node by name takes it out.
+		{remove: []api.Backend{{Name: "new", Address: "127.1.0.1"}}, want: []string{"n2=127.1.0.2"}},
+		// A removal and an add of the same address in one change: the
+		// named backend goes, the added one comes (the old order).
+		{add: []api.Backend{{Name: "n3", Address: "127.1.0.2"}}, remove: []api.Backend{{Name: "n2", Address: "127.1.0.2"}}, want: []string{"n3=127.1.0.2"}},
+		// Without a name, by address alone.
+		{remove: []api.Backend{{Address: "127.1.0.2"}}, want: []string{}},
+	}
+	for i, st := range steps {
+		if _, err := c.ChangeBackends(ctx, "lb", st.add, st.remove); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		lb, err := c.GetLoadBalancer(ctx, "lb")
+		if err != nil || !slices.Equal(backendAddrs(lb.Backends), st.want) {
+			t.Fatalf("step %d: stored %v, %v; want %v", i, backendAddrs(lb.Backends), err, st.want)
+		}
+		h, _ := srv.plane.Health("lb")
+		var live []api.Backend
+		for _, b := range h.Backends {
+			if !b.Draining {
+				live = append(live, api.Backend{Name: b.Name, Address: b.Address})
+			}
+		}
+		if got := backendAddrs(live); !slices.Equal(got, st.want) {
+			t.Fatalf("step %d: data plane %v, want %v", i, got, st.want)
+		}
+	}
+}
+
+func TestOwnedBy(t *testing.T) {
+	for _, tc := range []struct {
+		have    string
+		removal api.Backend
+		want    bool
+	}{
+		{"n1", api.Backend{Name: "n1", Address: "127.1.0.1"}, true},
+		{"n1", api.Backend{Name: "n2", Address: "127.1.0.1"}, false},
+		{"n1", api.Backend{Address: "127.1.0.1"}, true},
+		{"", api.Backend{Address: "127.1.0.1"}, true},
+		{"", api.Backend{Name: "n1", Address: "127.1.0.1"}, false},
+	} {
+		if got := ownedBy(tc.have, tc.removal); got != tc.want {
+			t.Errorf("ownedBy(%q, %+v) = %v, want %v", tc.have, tc.removal, got, tc.want)
+		}
 	}
 }
 

@@ -84,29 +84,48 @@ func deleteLB(tx *store.Tx, name string) error {
 }
 
 // changeLBBackends removes, then adds, backends (by address) and returns
-// how many the load balancer has.
-func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int, error) {
+// how many the load balancer has and the removals it made. A removal that
+// names a backend removes it only while the backend at that address still
+// has that name (ownedBy): a node given a deleted node's address may have
+// taken the backend over since, and the old node's late removal must not
+// take the new one out.
+func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int, []api.Backend, error) {
 	if !tx.HasGroup(store.LBBackends, name) {
 		// A record with inline backends: move them to the group first.
 		lb, _, err := store.Get[api.LoadBalancer](tx, store.LoadBalancers, name)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if err := putLB(tx, &lb); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
+	removed := make([]api.Backend, 0, len(remove))
 	for _, be := range remove {
-		if err := tx.DeleteIn(store.LBBackends, name, be.Address); err != nil {
-			return 0, err
+		have, ok, err := store.GetIn[api.Backend](tx, store.LBBackends, name, be.Address)
+		if err != nil {
+			return 0, nil, err
 		}
+		if !ok || !ownedBy(have.Name, be) {
+			continue
+		}
+		if err := tx.DeleteIn(store.LBBackends, name, be.Address); err != nil {
+			return 0, nil, err
+		}
+		removed = append(removed, have)
 	}
 	for _, be := range add {
 		if err := tx.PutIn(store.LBBackends, name, be.Address, be); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return tx.CountIn(store.LBBackends, name), nil
+	return tx.CountIn(store.LBBackends, name), removed, nil
+}
+
+// ownedBy reports whether a removal is for the backend named have: a
+// removal without a name is by address alone (older clients).
+func ownedBy(have string, removal api.Backend) bool {
+	return removal.Name == "" || removal.Name == have
 }
 
 // LoadBalancersWithBackend counts the load balancers of cluster ("": of

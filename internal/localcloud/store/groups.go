@@ -99,3 +99,20 @@ func ListIn[T any](t *Tx, kind, group string) ([]T, bool, error) {
 	})
 	return out, true, err
 }
+
+// GetIn reads key of kind's group; ok is false when the group or the key
+// is missing.
+func GetIn[T any](t *Tx, kind, group, key string) (v T, ok bool, err error) {
+	b, _ := t.group(kind, group, false)
+	if b == nil {
+		return v, false, nil
+	}
+	data := b.Get([]byte(key))
+	if data == nil {
+		return v, false, nil
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, false, fmt.Errorf("corrupt %s/%s record %q: %w", kind, group, key, err)
+	}
+	return v, true, nil
+}

@@ -230,7 +230,11 @@ type SetBackendsRequest struct {
 // (PATCH /v1/load-balancers/{name}/backends), leaving the others alone:
 // a node joining or leaving is one small change per load balancer.
 // Backends are identified by address; adding one it has only renames it,
-// removing one it lacks is not an error.
+// removing one it lacks is not an error. A removal with a Name removes the
+// backend only while it still has that name: when a new node is given a
+// deleted node's address and added first, the deleted node's removal
+// leaves the new node's backend alone. A removal without a Name removes
+// by address alone.
 type ChangeBackendsRequest struct {
 	Add    []Backend `json:"add,omitempty"`
 	Remove []Backend `json:"remove,omitempty"`
