@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -173,22 +174,22 @@ func TestHostChangesComputedOncePerPair(t *testing.T) {
 	gen1 := []cloud.Host{h("a", "10.0.0.1")}
 	gen2 := []cloud.Host{h("a", "10.0.0.1"), h("b", "10.0.0.2")}
 	c := &Controller{}
-	add, rem, whole := c.hostChanges(gen1, gen2)
+	add, rem, whole := c.hostChanges(context.Background(), gen1, gen2)
 	if len(add) != 1 || add[0].Name != "b" || len(rem) != 0 || whole {
 		t.Fatalf("add %v remove %v whole %v; want add b", add, rem, whole)
 	}
-	again, _, _ := c.hostChanges(gen1, gen2)
+	again, _, _ := c.hostChanges(context.Background(), gen1, gen2)
 	if len(c.diffs) != 1 || &again[0] != &add[0] {
 		t.Errorf("the same pair was computed again (%d remembered)", len(c.diffs))
 	}
 	relabeled := slices.Clone(gen1)
 	relabeled[0].Labels = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
-	add, rem, _ = c.hostChanges(relabeled, gen2)
+	add, rem, _ = c.hostChanges(context.Background(), relabeled, gen2)
 	if len(add) != 2 || len(rem) != 0 {
 		t.Errorf("from an equal-named but relabeled set: add %v remove %v; want a (updated) and b added, nothing removed", add, rem)
 	}
 	for range 2 * hostDiffsKept {
-		c.hostChanges(slices.Clone(gen1), gen2)
+		c.hostChanges(context.Background(), slices.Clone(gen1), gen2)
 	}
 	if len(c.diffs) != hostDiffsKept {
 		t.Errorf("%d differences remembered, want at most %d", len(c.diffs), hostDiffsKept)
@@ -255,10 +256,10 @@ func TestHostChangesWhole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Controller{}
-			if _, _, whole := c.hostChanges(tc.from, tc.to); whole != tc.want {
+			if _, _, whole := c.hostChanges(context.Background(), tc.from, tc.to); whole != tc.want {
 				t.Errorf("whole = %v, want %v", whole, tc.want)
 			}
-			if _, _, whole := c.hostChanges(tc.from, tc.to); whole != tc.want || len(c.diffs) != 1 {
+			if _, _, whole := c.hostChanges(context.Background(), tc.from, tc.to); whole != tc.want || len(c.diffs) != 1 {
 				t.Errorf("remembered: whole = %v (%d differences kept), want %v from one", whole, len(c.diffs), tc.want)
 			}
 		})
@@ -367,6 +368,11 @@ func TestAddressReusedByNewNode(t *testing.T) {
 	if got := lb.names(); !slices.Equal(got, []string{"n2", "n3"}) {
 		t.Fatalf("the cloud's backends are %v, want [n2 n3]", got)
 	}
+	// Both changes (n3 joining, n1 leaving) went whole, and were counted.
+	whole := testutil.ToFloat64(h.c.metrics.wholeHostSets)
+	if whole != 2 {
+		t.Errorf("portside_ccm_service_whole_host_set_updates_total = %v, want 2", whole)
+	}
 	// Once no address is shared, a node joining is a difference again.
 	if _, err := h.client.CoreV1().Nodes().Create(ctx, nodeAt("n4", "10.0.0.4"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -377,5 +383,8 @@ func TestAddressReusedByNewNode(t *testing.T) {
 	}
 	if c := lb.snapshot(); c[len(c)-1].op != "change" || !slices.Equal(c[len(c)-1].hosts, []string{"n4"}) {
 		t.Errorf("n4 joining without a shared address: last call %+v, want a change of n4", c[len(c)-1])
+	}
+	if got := testutil.ToFloat64(h.c.metrics.wholeHostSets); got != whole {
+		t.Errorf("n4 joining without a shared address counted as whole: %v, want %v", got, whole)
 	}
 }

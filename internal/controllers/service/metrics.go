@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/internal/controllers/queue"
 	"github.com/portside-io/portside/pkg/cloud"
@@ -21,6 +22,9 @@ type metrics struct {
 	nodeSyncErrors    prometheus.Counter
 	nodeSyncLatency   prometheus.Histogram
 	updateHostLatency prometheus.Histogram
+	// wholeHostSets is Portside's own: host changes sent whole to a
+	// provider that takes differences (hosts sharing an address).
+	wholeHostSets prometheus.Counter
 
 	nodeSync *queue.Pass
 }
@@ -52,10 +56,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:      "A metric measuring the latency for updating each load balancer hosts.",
 			Buckets:   prometheus.ExponentialBuckets(1, 2, 15), // 1s to 16384s
 		}),
+		wholeHostSets: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "portside_ccm", Subsystem: "service", Name: "whole_host_set_updates_total",
+			Help: "Load balancer host changes sent as the whole host set, though the provider takes differences, because two hosts share an address (one per load balancer).",
+		}),
 	}
 	m.nodeSync = &queue.Pass{Observe: m.nodeSyncLatency.Observe}
 	if reg != nil {
-		reg.MustRegister(m.lbSyncs, m.nodeSyncErrors, m.nodeSyncLatency, m.updateHostLatency)
+		reg.MustRegister(m.lbSyncs, m.nodeSyncErrors, m.nodeSyncLatency, m.updateHostLatency, m.wholeHostSets)
 	}
 	return m
 }
@@ -90,11 +98,12 @@ func (c *Controller) changeHosts(ctx context.Context, spec *cloud.LoadBalancerSp
 	if !ok || prev == nil {
 		return c.updateHosts(ctx, spec, hosts)
 	}
-	add, remove, whole := c.hostChanges(prev, hosts)
+	add, remove, whole := c.hostChanges(ctx, prev, hosts)
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
 	}
 	if whole {
+		c.metrics.wholeHostSets.Inc()
 		return c.updateHosts(ctx, spec, hosts)
 	}
 	c.metrics.lbSyncs.Inc()
@@ -123,8 +132,9 @@ const hostDiffsKept = 4
 // sets. A host set is shared by every load balancer synced with it and
 // never modified (synced.hosts), so after a node change every load balancer
 // asks for the same pair, which is recognised by identity: O(1) each
-// instead of O(nodes).
-func (c *Controller) hostChanges(from, to []cloud.Host) (add, remove []cloud.Host, whole bool) {
+// instead of O(nodes). A pair with a shared address is logged once, when
+// it is computed: the incremental saving is lost until no address is.
+func (c *Controller) hostChanges(ctx context.Context, from, to []cloud.Host) (add, remove []cloud.Host, whole bool) {
 	c.diffMu.Lock()
 	defer c.diffMu.Unlock()
 	for _, d := range c.diffs {
@@ -133,7 +143,15 @@ func (c *Controller) hostChanges(from, to []cloud.Host) (add, remove []cloud.Hos
 		}
 	}
 	add, remove = HostChanges(from, to)
-	whole = SharedAddress(from) != "" || SharedAddress(to) != ""
+	shared := SharedAddress(from)
+	if shared == "" {
+		shared = SharedAddress(to)
+	}
+	whole = shared != ""
+	if whole && (len(add) > 0 || len(remove) > 0) {
+		klog.FromContext(ctx).Info("Two load-balancer hosts share an address: sending load balancers the whole host set until none does",
+			"address", shared, "added", len(add), "removed", len(remove))
+	}
 	if len(c.diffs) < hostDiffsKept {
 		c.diffs = append(c.diffs, hostDiff{})
 	}
