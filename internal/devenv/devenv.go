@@ -154,6 +154,9 @@ func Up(ctx context.Context, opts Options) (err error) {
 		} else {
 			p.step("shutdown", "state kept in %s (remove it with `portside down --purge`)", l.dir)
 		}
+		// Last: the machines' networks are gone, so another environment
+		// may choose these addresses now.
+		s.releaseClaims()
 	}()
 
 	env, part, err := start(ctx, s, l, opts)
@@ -193,8 +196,12 @@ func start(ctx context.Context, s *stack, l layout, opts Options) (*environment,
 	nodes := startNodes(opts.Nodes, opts.Zones)
 	if env.realNodes {
 		var err error
-		if env.realNet, err = loadRealNetwork(l); err != nil {
+		var claims []*claim
+		if env.realNet, claims, err = loadRealNetwork(l); err != nil {
 			return nil, "nodes", err
+		}
+		for _, c := range claims {
+			s.hold(c)
 		}
 		if env.vpc6() {
 			if err := ensureRealNetwork6(l, &env.realNet); err != nil {

@@ -22,17 +22,19 @@ import (
 // the 127.10-249 ranges test clouds use, with room for MaxNodes.
 func TestLoadNetworkIsKeptAndInRange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "network.json")
-	n, err := loadNetwork(path)
+	n, c, err := loadNetwork(path, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.release()
 	if !netip.MustParsePrefix("127.250.0.0/15").Contains(n.VIPPool.Addr()) || n.VIPPool.Bits() != 23 {
 		t.Errorf("VIP pool %s", n.VIPPool)
 	}
 	if !netip.MustParsePrefix("127.252.0.0/14").Contains(n.NodePool.Addr()) || n.NodePool.Bits() != 22 || 1<<(32-n.NodePool.Bits()) < MaxNodes+2 {
 		t.Errorf("node pool %s", n.NodePool)
 	}
-	again, err := loadNetwork(path)
+	again, c, err := loadNetwork(path, "test")
+	c.release()
 	if err != nil || again != n {
 		t.Errorf("second load = %+v, %v; want %+v", again, err, n)
 	}

@@ -28,25 +28,58 @@ type network struct {
 
 // loadNetwork reads the environment's ranges, or picks one of 256 slots
 // that no running environment uses (pickSlot): VIPs in a /23 of
-// 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14.
-func loadNetwork(path string) (network, error) {
+// 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14. The slot is
+// claimed (tryClaim) for as long as the environment runs: owner is its
+// data directory.
+func loadNetwork(path, owner string) (network, *claim, error) {
 	var n network
 	data, err := os.ReadFile(path)
 	if err == nil {
 		if err := json.Unmarshal(data, &n); err != nil || !n.VIPPool.IsValid() || !n.NodePool.IsValid() {
-			return n, fmt.Errorf("%s is damaged (%v): remove it with the data directory (`portside down --purge`)", path, err)
+			return n, nil, fmt.Errorf("%s is damaged (%v): remove it with the data directory (`portside down --purge`)", path, err)
 		}
-		return n, nil
+		slot, ok := slotOf(n.VIPPool.Addr())
+		if !ok {
+			return n, nil, fmt.Errorf("%s names VIP pool %s, outside %s: remove it with the data directory (`portside down --purge`)", path, n.VIPPool, vipSlots)
+		}
+		c, held, err := tryClaim(loopbackClaim(slot), owner)
+		if held {
+			err = heldError(fmt.Sprintf("loopback slot %d (VIPs %s, node addresses %s)", slot, n.VIPPool, n.NodePool), loopbackClaim(slot), owner)
+		}
+		return n, c, err
 	}
 	if !os.IsNotExist(err) {
-		return n, err
+		return n, nil, err
 	}
-	slot := pickSlot(slotsInUse(), uint32(rand.IntN(slotCount)))
-	n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
-	n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
-	data, _ = json.Marshal(n)
-	return n, os.WriteFile(path, append(data, '\n'), 0o644)
+	used := slotsInUse()
+	start := uint32(rand.IntN(slotCount))
+	for range slotCount {
+		slot := pickSlot(used, start)
+		if used[slot] {
+			break // every slot is used
+		}
+		c, held, err := tryClaim(loopbackClaim(slot), owner)
+		if err != nil {
+			return n, nil, err
+		}
+		if held {
+			used[slot] = true // chosen this instant by another environment
+			continue
+		}
+		n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
+		n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
+		data, _ = json.Marshal(n)
+		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+			c.release()
+			return n, nil, err
+		}
+		return n, c, nil
+	}
+	return n, nil, fmt.Errorf("all %d loopback slots (%s, %s) are in use by running environments: stop one", slotCount, vipSlots, nodeSlots)
 }
+
+// loopbackClaim names slot's claim.
+func loopbackClaim(slot uint32) string { return fmt.Sprintf("loopback-slot/%d", slot) }
 
 func addrAt(base, offset uint32) netip.Addr {
 	v := base + offset
@@ -56,10 +89,11 @@ func addrAt(base, offset uint32) netip.Addr {
 // startCloud runs `portside cloud serve` as a child with its state in
 // <data-dir>/cloud, so machines and load balancers persist across runs.
 func startCloud(ctx context.Context, s *stack, env *environment) error {
-	net, err := loadNetwork(env.network())
+	net, slotClaim, err := loadNetwork(env.network(), env.dir)
 	if err != nil {
 		return err
 	}
+	s.hold(slotClaim)
 	exe, err := os.Executable()
 	if err != nil {
 		return err

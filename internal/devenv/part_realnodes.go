@@ -92,52 +92,108 @@ func NodeUserDataFile(dataDir string) string {
 // at <cloud data dir>/machines).
 func (l layout) machines() string { return filepath.Join(l.cloud(), "machines") }
 
-func loadRealNetwork(l layout) (realNetwork, error) {
+// loadRealNetwork reads the environment's real network plan, or makes one;
+// either way its ranges are claimed (tryClaim) for this run.
+func loadRealNetwork(l layout) (realNetwork, []*claim, error) {
 	var n realNetwork
 	if data, err := os.ReadFile(l.realNetworkFile()); err == nil {
 		if err := json.Unmarshal(data, &n); err != nil || !n.Block.IsValid() || !n.Subnet.IsValid() || !n.Uplink.IsValid() || !n.VIPs.IsValid() {
-			return n, fmt.Errorf("%s is damaged (%v): remove it", l.realNetworkFile(), err)
+			return n, nil, fmt.Errorf("%s is damaged (%v): remove it", l.realNetworkFile(), err)
 		}
 		if !n.Pods.IsValid() || !n.Services.IsValid() {
 			// Written before the ranges were per environment: what it used.
 			n.Pods, n.Services = netip.MustParsePrefix(ClusterCIDR), netip.MustParsePrefix(ServiceCIDR)
 		}
-		return n, nil
+		claims, err := claimRealNetwork(l, n)
+		return n, claims, err
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return n, err
+		return n, nil, err
 	}
 	// The data directory's slot, or the next one nothing on the host uses
-	// (another environment, a test's VPC): once chosen it is kept.
+	// (another environment, a test's VPC) and no environment starting now
+	// has claimed: once chosen it is kept, and claimed while it runs.
 	sum := sha256.Sum256([]byte(l.dir))
 	first := binary.BigEndian.Uint32(sum[:4]) % realNetworkSlots
-	for i := uint32(0); i < realNetworkSlots; i++ {
-		n = realNetworkAt((first + i) % realNetworkSlots)
+	var claims []*claim
+	fail := func(err error) (realNetwork, []*claim, error) {
+		for _, c := range claims {
+			c.release()
+		}
+		return n, nil, err
+	}
+	for i := uint32(0); ; i++ {
+		if i == realNetworkSlots {
+			return fail(fmt.Errorf("every /22 of 198.18.0.0/16 is in use on this host: stop another real-node environment"))
+		}
+		slot := (first + i) % realNetworkSlots
+		n = realNetworkAt(slot)
 		free, err := vpc.Unused(n.Block)
 		if err != nil {
-			return n, err
+			return fail(err)
 		}
 		if up, err := vpc.Unused(n.Uplink); err != nil {
-			return n, err
-		} else if free && up {
+			return fail(err)
+		} else if !free || !up {
+			continue
+		}
+		c, held, err := tryClaim(vpcClaim(slot), l.dir)
+		if err != nil {
+			return fail(err)
+		}
+		if !held {
+			claims = append(claims, c)
 			break
 		}
-		if i == realNetworkSlots-1 {
-			return n, fmt.Errorf("every /22 of 198.18.0.0/16 is in use on this host: stop another real-node environment")
-		}
 	}
-	var err error
 	// From the data directory's own starting point too: two environments
 	// starting at the same moment rarely try the same range first.
 	seed := binary.BigEndian.Uint32(sum[4:8])
-	if n.Pods, err = firstUnused(netip.MustParsePrefix("10.224.0.0/11"), 16, seed); err != nil {
-		return n, fmt.Errorf("pod range: %w", err)
+	pods, c, err := firstUnused(netip.MustParsePrefix("10.224.0.0/11"), 16, seed, l.dir)
+	if err != nil {
+		return fail(fmt.Errorf("pod range: %w", err))
 	}
-	if n.Services, err = firstUnused(netip.MustParsePrefix("10.96.0.0/12"), 16, seed); err != nil {
-		return n, fmt.Errorf("Service range: %w", err)
+	claims = append(claims, c)
+	services, c, err := firstUnused(netip.MustParsePrefix("10.96.0.0/12"), 16, seed, l.dir)
+	if err != nil {
+		return fail(fmt.Errorf("Service range: %w", err))
 	}
+	claims = append(claims, c)
+	n.Pods, n.Services = pods, services
 	data, _ := json.Marshal(n)
-	return n, os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644)
+	if err := os.WriteFile(l.realNetworkFile(), append(data, '\n'), 0o644); err != nil {
+		return fail(err)
+	}
+	return n, claims, nil
 }
+
+// claimRealNetwork claims the ranges of a kept plan for this run.
+func claimRealNetwork(l layout, n realNetwork) ([]*claim, error) {
+	slot := (n.Block.Addr().As4()[2] / 4) // the /22's index in 198.18.0.0/16
+	names := []struct{ what, name string }{
+		{fmt.Sprintf("VPC %s (uplink %s)", n.Block, n.Uplink), vpcClaim(uint32(slot))},
+		{"pod range " + n.Pods.String(), rangeClaim(n.Pods)},
+		{"Service range " + n.Services.String(), rangeClaim(n.Services)},
+	}
+	var claims []*claim
+	for _, x := range names {
+		c, held, err := tryClaim(x.name, l.dir)
+		if held {
+			err = heldError(x.what, x.name, l.dir)
+		}
+		if err != nil {
+			for _, c := range claims {
+				c.release()
+			}
+			return nil, err
+		}
+		claims = append(claims, c)
+	}
+	return claims, nil
+}
+
+// vpcClaim and rangeClaim name the claims of a real network's parts.
+func vpcClaim(slot uint32) string      { return fmt.Sprintf("vpc-slot/%d", slot) }
+func rangeClaim(p netip.Prefix) string { return "range/" + p.String() }
 
 // realNetworkSlots is how many environments' plans there are.
 const realNetworkSlots = 64
@@ -156,20 +212,28 @@ func realNetworkAt(i uint32) realNetwork {
 }
 
 // firstUnused is the first /bits of pool, from the seed's on (wrapping),
-// that nothing on the host uses.
-func firstUnused(pool netip.Prefix, bits int, seed uint32) (netip.Prefix, error) {
+// that nothing on the host uses and no other environment has claimed; it
+// is claimed for owner.
+func firstUnused(pool netip.Prefix, bits int, seed uint32, owner string) (netip.Prefix, *claim, error) {
 	cands := subnets(pool, bits)
 	for i := range cands {
 		c := cands[(int(seed%uint32(len(cands)))+i)%len(cands)]
 		free, err := vpc.Unused(c)
 		if err != nil {
-			return c, err
+			return c, nil, err
 		}
-		if free {
-			return c, nil
+		if !free {
+			continue
+		}
+		cl, held, err := tryClaim(rangeClaim(c), owner)
+		if err != nil {
+			return c, nil, err
+		}
+		if !held {
+			return c, cl, nil
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("every /%d of %s is in use on this host: stop another real-node environment", bits, pool)
+	return netip.Prefix{}, nil, fmt.Errorf("every /%d of %s is in use on this host: stop another real-node environment", bits, pool)
 }
 
 // subnets lists the /bits of an IPv4 pool in order.

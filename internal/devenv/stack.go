@@ -13,6 +13,8 @@ import (
 type stack struct {
 	p     *progress
 	parts []stopper
+	// claims are held past stopAll (hold, releaseClaims).
+	claims []*claim
 }
 
 type stopper struct {
