@@ -47,8 +47,9 @@ func newConformanceCommand() *cobra.Command {
 			"(and --cloud-config) to ask a Portside provider what it supports.\n\n" +
 			"With the local cloud (--cloud-data-dir, e.g. <portside up data dir>/cloud), tests create instances and\n" +
 			"volumes to exercise the CCM and check the cloud's side. Every object a run creates is labeled\n" +
-			conformance.RunLabel + "=<run> and removed at its end, also on SIGINT; --cleanup removes those of\n" +
-			"interrupted runs.\n\nExit status: 0 when no test failed, 1 otherwise.",
+			conformance.RunLabel + "=<run> and removed at its end, also on SIGINT (a second SIGINT or SIGTERM exits\n" +
+			"at once); --cleanup removes those of interrupted runs.\n\n" +
+			"Exit status: 0 when no test failed, 1 otherwise, 130 after a second signal.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runConformance(cmd.Context(), cmd.OutOrStdout(), &o)
@@ -149,6 +150,10 @@ func runConformance(ctx context.Context, w io.Writer, o *conformanceOptions) err
 	fmt.Fprintf(w, "run %s against %s; capabilities: %s; providerID scheme: %s\n", env.RunID, cfg.Host,
 		orNone(conformance.CapabilityList(env.Capabilities)), orNone(env.ProviderName))
 
+	// The first signal stops the tests and runs their clean-ups (up to
+	// conformance.CleanupTimeout each); a second one exits at once.
+	stopWatch := exitOnSecondSignal(w, "`portside conformance --cleanup` removes what the run left")
+	defer stopWatch()
 	results := conformance.Run(ctx, env, tests, opts)
 	fmt.Fprintln(w)
 	if err := conformance.WriteTable(w, results); err != nil {
