@@ -1,6 +1,8 @@
 package service
 
 import (
+	"fmt"
+	"hash/fnv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,11 +94,18 @@ func TestWantsLoadBalancer(t *testing.T) {
 	}
 }
 
+// node is a Node with an InternalIP of its own (from its name): nodes that
+// shared one would send host changes down the whole-set path
+// (SharedAddress) and leave the incremental one untested.
 func node(name string, mut func(*corev1.Node)) *corev1.Node {
+	sum := fnv.New32a()
+	_, _ = sum.Write([]byte(name))
+	h := sum.Sum32()
+	ip := fmt.Sprintf("10.%d.%d.%d", h>>16&0xff, h>>8&0xff, h&0xff|1)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
 		Spec: corev1.NodeSpec{ProviderID: "local://" + name},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: name}}}}
+			{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}}}
 	if mut != nil {
 		mut(n)
 	}
