@@ -20,10 +20,13 @@ type claim struct {
 	ln net.Listener
 }
 
-// claimPrefix scopes the names. It has no per-build or per-test part:
-// every environment on the host, whatever binary runs it, must see the
-// others' claims.
-const claimPrefix = "portside/"
+// claimPrefix scopes the names. Every environment on the host, whatever
+// binary runs it, must see the others' claims; only this package's unit
+// tests set their own (TestMain), so that they never hold a name a
+// running environment needs. Abstract sockets have no permissions: any
+// local user can take a name first (and block an `up`) or ask who holds
+// it; Portside's hosts are single-user machines.
+var claimPrefix = "portside/"
 
 // tryClaim claims name for owner (a data directory, told to whoever asks
 // who holds it). held is true when another environment has it.
@@ -66,10 +69,39 @@ func claimHolder(name string) string {
 // chose earlier, and what to do.
 func heldError(what, name, dir string) error {
 	holder := "another running environment"
-	if h := claimHolder(name); h != "" {
+	switch h := claimHolder(name); h {
+	case "":
+	case dir:
+		// Two `up`s of one data directory passed the pid file's check at
+		// once: --purge would remove the running one's state.
+		return fmt.Errorf("portside up is already running with data directory %s (it holds %s): run `portside down --data-dir %s` first", dir, what, dir)
+	default:
 		holder = "the environment with data directory " + h
 	}
 	return fmt.Errorf("%s, chosen when data directory %s was first used, is in use by %s: stop that one first, or start this one afresh (`portside down --purge --data-dir %s`)", what, dir, holder, dir)
+}
+
+// claimAll claims every name, or none: held is the first name another
+// environment holds (its claims released).
+func claimAll(owner string, names ...string) (claims []*claim, held string, err error) {
+	for _, name := range names {
+		c, isHeld, err := tryClaim(name, owner)
+		if err != nil || isHeld {
+			releaseAll(claims)
+			if isHeld {
+				return nil, name, nil
+			}
+			return nil, "", err
+		}
+		claims = append(claims, c)
+	}
+	return claims, "", nil
+}
+
+func releaseAll(claims []*claim) {
+	for _, c := range claims {
+		c.release()
+	}
 }
 
 func (c *claim) release() {

@@ -19,7 +19,8 @@ import (
 
 // network is an environment's loopback ranges, chosen once and kept in the
 // data directory: instances keep their addresses across runs, and two
-// environments (say `make demo` and the e2e tests) rarely share a range.
+// environments (say `make demo` and the e2e tests) never share a range
+// while both run (the slot is claimed).
 // Test clouds (localcloudtest) use 127.10-249.x.x; these stay above.
 type network struct {
 	VIPPool  netip.Prefix `json:"vipPool"`
@@ -32,6 +33,12 @@ type network struct {
 // claimed (tryClaim) for as long as the environment runs: owner is its
 // data directory.
 func loadNetwork(path, owner string) (network, *claim, error) {
+	return loadNetworkFrom(path, owner, uint32(rand.IntN(slotCount)))
+}
+
+// loadNetworkFrom is loadNetwork with a new slot searched for from start:
+// a random start spreads environments.
+func loadNetworkFrom(path, owner string, start uint32) (network, *claim, error) {
 	var n network
 	data, err := os.ReadFile(path)
 	if err == nil {
@@ -52,7 +59,6 @@ func loadNetwork(path, owner string) (network, *claim, error) {
 		return n, nil, err
 	}
 	used := slotsInUse()
-	start := uint32(rand.IntN(slotCount))
 	for range slotCount {
 		slot := pickSlot(used, start)
 		if used[slot] {

@@ -19,9 +19,10 @@ import (
 // (/24) and the VIPs (/24), and the host↔router uplink (/30) in
 // 198.19.255.0/24, outside the nodes' /16: Kubernetes' e2e suite takes a
 // client inside a node address's /16 for a node (source NAT), and the
-// host is a client from outside. The slot is chosen from the data
-// directory's path so two environments rarely share one (vpc.Up refuses
-// an overlap, naming it).
+// host is a client from outside. The search for a free slot starts from
+// the data directory's path, and the ranges are claimed while the
+// environment runs, so two environments never share one (and vpc.Up
+// refuses an overlap with the host's routes, naming it).
 type realNetwork struct {
 	Block  netip.Prefix `json:"block"`
 	Subnet netip.Prefix `json:"subnet"`
@@ -78,24 +79,34 @@ func loadRealNetwork(l layout) (realNetwork, []*claim, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return n, nil, err
 	}
-	// The data directory's slot, or the next one nothing on the host uses
-	// (another environment, a test's VPC) and no environment starting now
-	// has claimed: once chosen it is kept, and claimed while it runs.
-	sum := sha256.Sum256([]byte(l.dir))
-	first := binary.BigEndian.Uint32(sum[:4]) % realNetworkSlots
+	first, seed := realNetworkStart(l.dir)
+	return newRealNetwork(l, first, seed)
+}
+
+// realNetworkStart is where a data directory's search for free ranges
+// starts: from its path, so two environments starting at the same moment
+// rarely try the same ranges first (and claims settle it when they do).
+func realNetworkStart(dir string) (first, seed uint32) {
+	sum := sha256.Sum256([]byte(dir))
+	return binary.BigEndian.Uint32(sum[:4]) % realNetworkSlots, binary.BigEndian.Uint32(sum[4:8])
+}
+
+// newRealNetwork makes and keeps a plan: the first slot from first on
+// (wrapping) that nothing on the host uses (another environment, a test's
+// VPC) and no environment starting now has claimed, and likewise a pod
+// and a Service range from seed's on; all claimed for this run.
+func newRealNetwork(l layout, first, seed uint32) (realNetwork, []*claim, error) {
+	var n realNetwork
 	var claims []*claim
 	fail := func(err error) (realNetwork, []*claim, error) {
-		for _, c := range claims {
-			c.release()
-		}
+		releaseAll(claims)
 		return n, nil, err
 	}
 	for i := uint32(0); ; i++ {
 		if i == realNetworkSlots {
 			return fail(fmt.Errorf("every /22 of 198.18.0.0/16 is in use on this host: stop another real-node environment"))
 		}
-		slot := (first + i) % realNetworkSlots
-		n = realNetworkAt(slot)
+		n = realNetworkAt((first + i) % realNetworkSlots)
 		free, err := vpc.Unused(n.Block)
 		if err != nil {
 			return fail(err)
@@ -105,18 +116,15 @@ func loadRealNetwork(l layout) (realNetwork, []*claim, error) {
 		} else if !free || !up {
 			continue
 		}
-		c, held, err := tryClaim(vpcClaim(slot), l.dir)
+		got, held, err := claimAll(l.dir, rangeClaim(n.Block), rangeClaim(n.Uplink))
 		if err != nil {
 			return fail(err)
 		}
-		if !held {
-			claims = append(claims, c)
+		if held == "" {
+			claims = got
 			break
 		}
 	}
-	// From the data directory's own starting point too: two environments
-	// starting at the same moment rarely try the same range first.
-	seed := binary.BigEndian.Uint32(sum[4:8])
 	pods, c, err := firstUnused(netip.MustParsePrefix("10.224.0.0/11"), 16, seed, l.dir)
 	if err != nil {
 		return fail(fmt.Errorf("pod range: %w", err))
@@ -135,34 +143,37 @@ func loadRealNetwork(l layout) (realNetwork, []*claim, error) {
 	return n, claims, nil
 }
 
-// claimRealNetwork claims the ranges of a kept plan for this run.
+// claimRealNetwork claims the ranges of a kept plan for this run, by the
+// ranges themselves (plans from before the 198.18.0.0/16 slots too). The
+// IPv6 ranges are not claimed: they come from a hash of the data
+// directory's path (ula48), 2^40 choices, and vpc.Up refuses an overlap.
 func claimRealNetwork(l layout, n realNetwork) ([]*claim, error) {
-	slot := (n.Block.Addr().As4()[2] / 4) // the /22's index in 198.18.0.0/16
-	names := []struct{ what, name string }{
-		{fmt.Sprintf("VPC %s (uplink %s)", n.Block, n.Uplink), vpcClaim(uint32(slot))},
-		{"pod range " + n.Pods.String(), rangeClaim(n.Pods)},
-		{"Service range " + n.Services.String(), rangeClaim(n.Services)},
+	parts := []struct {
+		what string
+		p    netip.Prefix
+	}{
+		{"VPC " + n.Block.String(), n.Block},
+		{"VPC uplink " + n.Uplink.String(), n.Uplink},
+		{"pod range " + n.Pods.String(), n.Pods},
+		{"Service range " + n.Services.String(), n.Services},
 	}
 	var claims []*claim
-	for _, x := range names {
-		c, held, err := tryClaim(x.name, l.dir)
-		if held {
-			err = heldError(x.what, x.name, l.dir)
+	for _, x := range parts {
+		c, held, err := claimAll(l.dir, rangeClaim(x.p))
+		if held != "" {
+			err = heldError(x.what, held, l.dir)
 		}
 		if err != nil {
-			for _, c := range claims {
-				c.release()
-			}
+			releaseAll(claims)
 			return nil, err
 		}
-		claims = append(claims, c)
+		claims = append(claims, c...)
 	}
 	return claims, nil
 }
 
-// vpcClaim and rangeClaim name the claims of a real network's parts.
-func vpcClaim(slot uint32) string      { return fmt.Sprintf("vpc-slot/%d", slot) }
-func rangeClaim(p netip.Prefix) string { return "range/" + p.String() }
+// rangeClaim names the claim of a range of a real network.
+func rangeClaim(p netip.Prefix) string { return "range/" + p.Masked().String() }
 
 // realNetworkSlots is how many environments' plans there are.
 const realNetworkSlots = 64

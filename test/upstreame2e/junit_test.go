@@ -92,6 +92,8 @@ func TestRangesBusy(t *testing.T) {
 		want bool
 	}{
 		{"portside: error: local cloud: exited during start-up (exit status 1) (log x; last lines: portside: error: real machines: --vpc-cover 10.244.0.0/16 overlaps the host's route 10.244.0.0/16 on psd03971up: choose another range with --vpc-cover)", true},
+		{"portside: error: VPC 198.18.180.0/22, chosen when data directory /d/c was first used, is in use by the environment with data directory /d/a: stop that one first, or start this one afresh (`portside down --purge --data-dir /d/c`)", true},
+		{"portside: error: portside up is already running with data directory /d/a (it holds VPC 198.18.180.0/22): run `portside down --data-dir /d/a` first", false},
 		{"portside: error: local cloud: exited during start-up: bind: address already in use", false},
 		{"", false},
 	} {

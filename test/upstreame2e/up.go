@@ -36,10 +36,12 @@ func (u *Up) Output() string { return u.out.String() }
 // waits until it says it is ready. If this process dies, up gets SIGTERM
 // and stops what it started.
 //
-// Each real-node environment takes ranges nothing on the host uses; two
-// starting at the same moment can still pick the same one, and the local
-// cloud then refuses the second ("overlaps the host's route"): StartUp
-// forgets the choice and starts again, up to busyWait.
+// Each real-node environment takes ranges nothing on the host uses and
+// claims them while it runs, so two starting at once pick different ones.
+// A reused data directory keeps its ranges, which another environment may
+// hold or route by now: up then refuses to start ("chosen when data
+// directory", or the local cloud's "overlaps the host's route"), and
+// StartUp forgets the choice and starts again, up to busyWait.
 func StartUp(ctx context.Context, bin, dir, dataDir string, nodes int, extra ...string) (*Up, error) {
 	return StartUpEnv(ctx, bin, dir, dataDir, nodes, nil, extra...)
 }
@@ -60,6 +62,7 @@ func StartUpEnv(ctx context.Context, bin, dir, dataDir string, nodes int, env []
 		// retry, which chooses the ranges again.
 		_ = u.Stop(ctx)
 		_ = os.Remove(filepath.Join(dataDir, "real-network.json"))
+		_ = os.Remove(filepath.Join(dataDir, "network.json"))
 		select {
 		case <-ctx.Done():
 			return u, ctx.Err()
@@ -72,9 +75,11 @@ func StartUpEnv(ctx context.Context, bin, dir, dataDir string, nodes int, env []
 var busyWait, busyRetry = 5 * time.Minute, 5 * time.Second
 
 // RangesBusy reports whether up's output says another environment holds
-// the ranges it needs (the local cloud refuses a VPC over a host route).
+// the ranges it needs: its claim (devenv's heldError), or a host route
+// the local cloud refuses a VPC over.
 func RangesBusy(upOutput string) bool {
-	return strings.Contains(upOutput, "overlaps the host's route")
+	return strings.Contains(upOutput, "overlaps the host's route") ||
+		strings.Contains(upOutput, "was first used, is in use by")
 }
 
 func startUp(ctx context.Context, bin, dir, dataDir string, nodes int, env []string, extra ...string) (*Up, error) {

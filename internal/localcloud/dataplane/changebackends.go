@@ -32,7 +32,7 @@ func (b *balancer) changeBackends(add, remove []api.Backend) {
 	for _, r := range remove {
 		// A named removal is for that node's backend only: another node
 		// given the address since keeps its own (api.ChangeBackendsRequest).
-		if be, ok := b.backends[r.Address]; ok && (r.Name == "" || r.Name == be.name) {
+		if be, ok := b.backends[r.Address]; ok && (r.Name == "" || be.name == "" || r.Name == be.name) {
 			delete(b.backends, r.Address)
 			b.drain(be)
 		}

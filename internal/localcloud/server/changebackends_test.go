@@ -200,7 +200,7 @@ func TestOwnedBy(t *testing.T) {
 		{"n1", api.Backend{Name: "n2", Address: "127.1.0.1"}, false},
 		{"n1", api.Backend{Address: "127.1.0.1"}, true},
 		{"", api.Backend{Address: "127.1.0.1"}, true},
-		{"", api.Backend{Name: "n1", Address: "127.1.0.1"}, false},
+		{"", api.Backend{Name: "n1", Address: "127.1.0.1"}, true},
 	} {
 		if got := ownedBy(tc.have, tc.removal); got != tc.want {
 			t.Errorf("ownedBy(%q, %+v) = %v, want %v", tc.have, tc.removal, got, tc.want)

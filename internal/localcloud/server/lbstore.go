@@ -112,7 +112,9 @@ func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int
 		if err := tx.DeleteIn(store.LBBackends, name, be.Address); err != nil {
 			return 0, nil, err
 		}
-		removed = append(removed, have)
+		// The data plane removes what the store decided, by address: its
+		// names could differ from the store's after a failed apply.
+		removed = append(removed, api.Backend{Address: have.Address})
 	}
 	for _, be := range add {
 		if err := tx.PutIn(store.LBBackends, name, be.Address, be); err != nil {
@@ -123,9 +125,11 @@ func changeLBBackends(tx *store.Tx, name string, add, remove []api.Backend) (int
 }
 
 // ownedBy reports whether a removal is for the backend named have: a
-// removal without a name is by address alone (older clients).
+// removal without a name is by address alone (older clients), and a
+// backend stored without a name (a client that set backends without
+// names) is removed by address too, or nothing could remove it by name.
 func ownedBy(have string, removal api.Backend) bool {
-	return removal.Name == "" || removal.Name == have
+	return removal.Name == "" || have == "" || removal.Name == have
 }
 
 // LoadBalancersWithBackend counts the load balancers of cluster ("": of

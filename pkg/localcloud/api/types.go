@@ -106,7 +106,8 @@ type Listener struct {
 
 // Backend is a target of a load balancer.
 type Backend struct {
-	// Name is the node's name, for display.
+	// Name is the node's name: shown, and matched by a removal that names
+	// it (ChangeBackendsRequest).
 	Name string `json:"name"`
 	// Address is the IP traffic is forwarded to.
 	Address string `json:"address"`
@@ -233,8 +234,8 @@ type SetBackendsRequest struct {
 // removing one it lacks is not an error. A removal with a Name removes the
 // backend only while it still has that name: when a new node is given a
 // deleted node's address and added first, the deleted node's removal
-// leaves the new node's backend alone. A removal without a Name removes
-// by address alone.
+// leaves the new node's backend alone. A removal without a Name, or of a
+// backend stored without one, removes by address alone.
 type ChangeBackendsRequest struct {
 	Add    []Backend `json:"add,omitempty"`
 	Remove []Backend `json:"remove,omitempty"`
