@@ -116,13 +116,16 @@ func startStack(t *testing.T, serverLegacy, agentLegacy bool, so server.Options)
 	return startStackFor(t, mode{serverLegacy: serverLegacy, agentLegacy: agentLegacy}, so)
 }
 
-func startStackFor(t *testing.T, m mode, so server.Options) *stack {
+func startStackFor(t *testing.T, m mode, so server.Options, agentOpts ...func(*agent.Options)) *stack {
 	t.Helper()
 	if so.UDSName == "" && so.Mode != server.ModeHTTPConnect {
 		so.UDSName = filepath.Join(t.TempDir(), "proxy.sock")
 	}
 	so.DisableStreams = m.serverLegacy
 	ao := agent.Options{AgentID: "agent-1", DisableStreams: m.agentLegacy}
+	for _, set := range agentOpts {
+		set(&ao)
+	}
 	if m.link {
 		pki := netproxytest.NewPKI(t)
 		so.AgentTLS = pki.ServerTLS(t)

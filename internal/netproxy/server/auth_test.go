@@ -98,8 +98,17 @@ func TestTokenAuthPrincipal(t *testing.T) {
 			t.Errorf("%s: Authenticate = %+v, %v; want node %q", tc.name, p, err, tc.node)
 		}
 	}
-	a := &TokenAuth{Namespace: "ns", ServiceAccount: "sa", Client: status(nil)}
-	if _, err := a.Authenticate(context.Background(), md); err == nil || !strings.Contains(err.Error(), "--authentication-audience") {
-		t.Errorf("no audience: error %v, want one naming --authentication-audience", err)
+	// No audience: refused before any review (the review's own audience
+	// check would name the flag too, so the reactor proves it is not
+	// reached).
+	noReview := fake.NewSimpleClientset()
+	noReview.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		t.Error("no audience: a TokenReview was made")
+		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true,
+			User: authv1.UserInfo{Username: "system:serviceaccount:ns:sa"}}}, nil
+	})
+	a := &TokenAuth{Namespace: "ns", ServiceAccount: "sa", Client: noReview}
+	if _, err := a.Authenticate(context.Background(), md); err == nil || !strings.Contains(err.Error(), "needs an audience") {
+		t.Errorf("no audience: error %v, want \"needs an audience\"", err)
 	}
 }

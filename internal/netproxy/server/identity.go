@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"strings"
 	"sync"
@@ -29,8 +30,8 @@ import (
 func (s *Server) authenticate(ctx context.Context, md metadata.MD) (Principal, error) {
 	var cert *x509.Certificate
 	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {
-			cert = ti.State.PeerCertificates[0]
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			cert = verifiedLeaf(ti.State)
 		}
 	}
 	switch authBy(s.opts.TokenAuth != nil, s.opts.CertificateAgents, len(md.Get(header.AuthenticationTokenContextKey)) > 0, cert != nil) {
@@ -40,6 +41,17 @@ func (s *Server) authenticate(ctx context.Context, md metadata.MD) (Principal, e
 		return PrincipalFromCert(cert), nil
 	}
 	return Principal{}, nil
+}
+
+// verifiedLeaf is the peer's certificate when the handshake verified its
+// chain against the agent port's CA. A certificate only presented (were
+// the port ever to ask for certificates without verifying them) proves
+// nothing: anyone can make one for CN=system:node:<any node>.
+func verifiedLeaf(st tls.ConnectionState) *x509.Certificate {
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return nil
+	}
+	return st.PeerCertificates[0]
 }
 
 // nodeCache is the apiserver's Nodes, watched, so a connect costs no

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"net/netip"
@@ -161,6 +162,25 @@ func TestAuthBy(t *testing.T) {
 	} {
 		if got := authBy(tc.tokenAuth, tc.certAgents, tc.token, tc.verified); got != tc.want {
 			t.Errorf("%s: authBy = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestVerifiedLeaf(t *testing.T) {
+	leaf := &x509.Certificate{Subject: pkix.Name{CommonName: "system:node:node-a"}}
+	ca := &x509.Certificate{Subject: pkix.Name{CommonName: "ca"}}
+	for _, tc := range []struct {
+		name string
+		st   tls.ConnectionState
+		want *x509.Certificate
+	}{
+		{"no certificate", tls.ConnectionState{}, nil},
+		{"presented, not verified", tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}, nil},
+		{"verified", tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf, ca}}}, leaf},
+		{"a chain but no peer certificate", tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf, ca}}}, nil},
+	} {
+		if got := verifiedLeaf(tc.st); got != tc.want {
+			t.Errorf("%s: verifiedLeaf = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -1,0 +1,89 @@
+package netproxy_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/portside-io/portside/internal/netproxy/agent"
+	"github.com/portside-io/portside/internal/netproxy/netproxytest"
+	"github.com/portside-io/portside/internal/netproxy/server"
+)
+
+// TestNodeChangeRevokesGrants: an agent bound to node-a by its pod-bound
+// token may serve the addresses node-a's Node lists, and only while it
+// lists them: when the Node's address changes (a machine replaced, an
+// address reused) or the Node is deleted, new dials to the old address no
+// longer reach the agent; when the address comes back, they do again.
+func TestNodeChangeRevokesGrants(t *testing.T) {
+	ctx := context.Background()
+	echo := netproxytest.Listen(t, netproxytest.Echo)
+	host, _, _ := net.SplitHostPort(echo)
+	nodeWith := func(addr string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}}}
+	}
+	cs := fake.NewSimpleClientset(nodeWith(host))
+	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"aud"},
+			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent",
+				Extra: map[string]authv1.ExtraValue{server.NodeNameExtra: {"node-a"}}}}}, nil
+	})
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("pod-bound-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	strategies, err := server.ParseStrategies("destHost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uds := filepath.Join(dir, "proxy.sock")
+	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
+		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
+	_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-a", AgentIdentifiers: "ipv4=" + host,
+		ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
+	defer stop()
+	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
+
+	reaches := func() bool {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := dialUDS(dctx, uds, echo)
+		if err != nil {
+			if !strings.Contains(err.Error(), "No agent available") {
+				t.Logf("dial: %v", err)
+			}
+			return false
+		}
+		defer c.Close()
+		return roundTrip(c, 64) == nil
+	}
+	netproxytest.Eventually(t, 10*time.Second, reaches, "a dial of node-a's address through its agent")
+
+	setAddr := func(addr string) {
+		t.Helper()
+		if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith(addr), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAddr("10.255.0.1")
+	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "the old address refused once node-a no longer lists it")
+	setAddr(host)
+	netproxytest.Eventually(t, 10*time.Second, reaches, "the address served again once node-a lists it again")
+	if err := cs.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "the address refused once node-a is deleted")
+}
