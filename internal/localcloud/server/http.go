@@ -35,7 +35,7 @@ func invalid(format string, args ...any) error {
 }
 
 func notFound(format string, args ...any) error {
-	return &apiError{http.StatusNotFound, "NotFound", fmt.Sprintf(format, args...)}
+	return &apiError{http.StatusNotFound, api.CodeNotFound, fmt.Sprintf(format, args...)}
 }
 
 func unauthorized(format string, args ...any) error {

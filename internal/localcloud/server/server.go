@@ -292,7 +292,8 @@ func (s *Server) v1Routes() []route {
 		{"PUT /v1/faults", s.putFaults},
 		{"POST /v1/console/tickets", s.createConsoleTicket},
 		{"/v1/", func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
+			// Not NotFound: clients read that as "the resource is gone".
+			writeError(w, http.StatusNotFound, api.CodeNoSuchEndpoint, fmt.Sprintf("no API endpoint %s %s", r.Method, r.URL.Path))
 		}},
 	}
 }

@@ -10,12 +10,22 @@ import "time"
 // Version is the API version prefix.
 const Version = "v1"
 
+// Codes of Error that clients act on.
+const (
+	// CodeNotFound: the resource named does not exist.
+	CodeNotFound = "NotFound"
+	// CodeNoSuchEndpoint: the server has no endpoint at that method and
+	// path (another version, a wrong endpoint): not the resource's absence.
+	CodeNoSuchEndpoint = "NoSuchEndpoint"
+)
+
 // Error is the body of every non-2xx response.
 type Error struct {
 	// Code is a stable, machine-readable reason: Unauthorized, NotFound,
-	// AlreadyExists, Invalid, TooLarge, Throttled, InjectedFault, Internal,
-	// LimitExceeded (422: the cloud holds as many objects of a kind as its
-	// limit allows).
+	// NoSuchEndpoint (404: no API endpoint at that method and path, which
+	// says nothing about any resource), AlreadyExists, Invalid, TooLarge,
+	// Throttled, InjectedFault, Internal, LimitExceeded (422: the cloud
+	// holds as many objects of a kind as its limit allows).
 	Code string `json:"code"`
 	// Message says what is wrong and what to do.
 	Message string `json:"message"`

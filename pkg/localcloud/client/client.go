@@ -78,10 +78,14 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("local cloud: %d %s: %s", e.Status, e.Code, e.Message)
 }
 
-// IsNotFound reports whether err is a 404 from the API.
+// IsNotFound reports whether err is the API's answer that the resource
+// does not exist: a 404 with the API's code NotFound. A 404 without it (a
+// path the server has no endpoint for, a proxy or another server at the
+// endpoint) says nothing about the resource, and callers act on "gone"
+// (a Node deleted, a finalizer removed).
 func IsNotFound(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && se.Status == http.StatusNotFound
+	return errors.As(err, &se) && se.Status == http.StatusNotFound && se.Code == api.CodeNotFound
 }
 
 // IsConflict reports whether err is a 409 from the API.
@@ -189,7 +193,7 @@ func (c *Client) InstanceByName(ctx context.Context, name string) (*api.Instance
 		return nil, err
 	}
 	if len(list) == 0 {
-		return nil, &StatusError{Status: http.StatusNotFound, Code: "NotFound", Message: fmt.Sprintf("no instance named %q", name)}
+		return nil, &StatusError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no instance named %q", name)}
 	}
 	return &list[0], nil
 }

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,7 +154,7 @@ func sdkErr(err error, what string) error {
 		return &cloud.RetryAfterError{After: d, Reason: fmt.Sprintf("%s: local cloud is throttling", what)}
 	}
 	var se *client.StatusError
-	if errors.As(err, &se) && se.Status == http.StatusNotFound {
+	if client.IsNotFound(err) && errors.As(err, &se) {
 		return fmt.Errorf("%s: %w (%s)", what, cloud.ErrNotFound, se.Message)
 	}
 	return fmt.Errorf("%s: %w", what, err)
