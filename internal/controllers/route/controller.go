@@ -8,6 +8,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"sync"
@@ -74,6 +75,15 @@ type Controller struct {
 
 // New registers the event handlers.
 func New(cfg Config) (*Controller, error) {
+	// The cluster name scopes ListRoutes: an empty one could list every
+	// cluster's routes, and the resync would delete the others' (the
+	// manager refuses it too; this holds for any caller).
+	if cfg.ClusterName == "" {
+		return nil, errors.New("route controller: the cluster name is empty: give --cluster-name, which scopes the routes this controller lists and deletes")
+	}
+	if len(cfg.ClusterCIDRs) == 0 {
+		return nil, errors.New("route controller: no cluster CIDR: give --cluster-cidr, the routes this controller may delete")
+	}
 	cfg.Routes = countChanges(cfg.Routes) // for route_controller_route_sync_total
 	c := &Controller{
 		cfg: cfg, lister: cfg.Nodes.Lister(), synced: cfg.Nodes.Informer().HasSynced,

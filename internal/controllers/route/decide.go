@@ -51,24 +51,6 @@ func sameAddresses(a, b []corev1.NodeAddress) bool {
 	return len(a) == len(b) && !slices.ContainsFunc(a, func(x corev1.NodeAddress) bool { return !slices.Contains(b, x) })
 }
 
-// StaleRoutes are the routes a full resync deletes: inside the cluster
-// CIDRs, and blackholed, or to a node that is gone, or for a CIDR the
-// target node does not have. nodeCIDRs maps every existing node to its
-// pod CIDRs.
-func StaleRoutes(routes []cloud.Route, nodeCIDRs map[string][]netip.Prefix, clusterCIDRs []netip.Prefix) []cloud.Route {
-	var out []cloud.Route
-	for _, r := range routes {
-		if !Responsible(r.DestinationCIDR, clusterCIDRs) {
-			continue // not ours: another cluster's, or set up by hand
-		}
-		cidrs, ok := nodeCIDRs[r.TargetNode]
-		if r.Blackhole || !ok || !slices.Contains(cidrs, r.DestinationCIDR.Masked()) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // Responsible reports whether a route is the cluster's, i.e. whether this
 // controller may delete it: its first or last address is inside a cluster
 // CIDR (upstream's rule). A wider route that merely contains the cluster

@@ -36,31 +36,28 @@ func TestPlanNode(t *testing.T) {
 	}
 }
 
-func TestStaleRoutes(t *testing.T) {
-	routes := []cloud.Route{
-		rt("keep", "n1", "10.244.1.0/24", false),
-		rt("gone-node", "n9", "10.244.9.0/24", false),
-		rt("wrong-cidr", "n2", "10.244.7.0/24", false),
-		rt("blackhole", "n1", "fd00:244:0:1::/64", true),
-		rt("foreign", "n9", "172.16.0.0/24", false),
-		rt("default-route", "nat", "0.0.0.0/0", false),
-		rt("wider", "n9", "10.0.0.0/8", false),
-	}
-	nodes := map[string][]netip.Prefix{
-		"n1": {netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:244:0:1::/64")},
-		"n2": {netip.MustParsePrefix("10.244.2.0/24")},
-	}
-	var got []string
-	for _, r := range StaleRoutes(routes, nodes, clusterCIDRs) {
-		got = append(got, r.Name)
-	}
-	want := []string{"gone-node", "wrong-cidr", "blackhole"}
-	if len(got) != len(want) {
-		t.Fatalf("stale %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("stale %v, want %v", got, want)
+// TestResponsible: which routes this controller may delete (upstream's
+// rule): those starting or ending inside a cluster CIDR, never a wider or
+// foreign one.
+func TestResponsible(t *testing.T) {
+	for _, tc := range []struct {
+		dst  string
+		want bool
+	}{
+		{"10.244.1.0/24", true},
+		{"10.244.0.0/16", true},
+		{"fd00:244:0:1::/64", true},
+		{"10.244.1.7/24", true}, // not masked: compared masked
+		{"172.16.0.0/24", false},
+		{"0.0.0.0/0", false},
+		{"10.0.0.0/8", false},
+		{"10.243.255.0/24", false},
+		{"10.245.0.0/24", false},
+		{"fd00:245::/64", false},
+		{"::/0", false},
+	} {
+		if got := Responsible(netip.MustParsePrefix(tc.dst), clusterCIDRs); got != tc.want {
+			t.Errorf("Responsible(%s) = %v, want %v", tc.dst, got, tc.want)
 		}
 	}
 }
