@@ -283,6 +283,10 @@ func TestProvablyOurs(t *testing.T) {
 		{"our cluster UID unknown", nil, "", "", false},
 		{"no Service UID tag", func(r *cloud.LoadBalancerRef) { r.UID = "" }, "c1", "", false},
 		{"no Service name tag", func(r *cloud.LoadBalancerRef) { r.Service = types.NamespacedName{} }, "c1", "", false},
+		// Either part alone: a Service looked up in namespace "" (or by
+		// name "") is never found, and "not found" deletes.
+		{"no Service namespace, name set", func(r *cloud.LoadBalancerRef) { r.Service.Namespace = "" }, "c1", "", false},
+		{"no Service name, namespace set", func(r *cloud.LoadBalancerRef) { r.Service.Name = "" }, "c1", "", false},
 		{"made by a class controller, we serve class-less", func(r *cloud.LoadBalancerRef) { r.Class = "x" }, "c1", "", false},
 		{"made by the class-less controller, we serve a class", nil, "c1", "x", false},
 		{"made by our class", func(r *cloud.LoadBalancerRef) { r.Class = "x" }, "c1", "x", true},
