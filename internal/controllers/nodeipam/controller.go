@@ -168,10 +168,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	if err := c.write(ctx, node, cidrs); err != nil {
-		// Free the CIDRs only when the write surely did not land; after a
-		// timeout it may have, and freeing could hand them out twice. Kept,
-		// they are retried for this node (allocate returns them again).
-		if c.alloc != nil && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)) {
+		if c.alloc != nil && WriteSurelyFailed(err) {
 			c.alloc.release(name)
 		}
 		c.metrics.allocations.WithLabelValues("error").Inc()
