@@ -121,7 +121,7 @@ func startRoutes(ctx context.Context, cc *ControllerContext) (string, error) {
 	}
 	c, err := route.New(route.Config{
 		Client: cc.Client, Nodes: cc.Informers.Core().V1().Nodes(), Routes: routes,
-		Recorder: cc.Recorder("route_controller"), Metrics: cc.Metrics, ClusterName: cc.Options.ClusterName,
+		Recorder: cc.Recorder("route_controller"), Metrics: cc.Metrics, ClusterName: cc.Options.ClusterName, ClusterUID: cc.ClusterUID,
 		ClusterCIDRs: nw.ClusterCIDRs, Workers: o.ConcurrentRouteSyncs, StatusWorkers: cc.Options.ConcurrentNodeSyncs,
 		ResyncPeriod: o.RouteReconciliationPeriod,
 	})

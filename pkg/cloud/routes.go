@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Route sends a node's pod CIDR to that node.
@@ -24,6 +25,14 @@ type Route struct {
 	// TargetNodeAddresses: a route whose addresses differ from the node's
 	// is then replaced.
 	EnableNodeAddresses bool
+	// ClusterUID is the UID of the cluster that made the route (its
+	// kube-system namespace's): given to CreateRoute when the controller
+	// knows it, and set on listed routes by a provider that records it (a
+	// tag). A listed route with another cluster's UID is never touched,
+	// even under the same cluster name; an empty one (a provider without
+	// tags, a route from before them) falls back to upstream's rule, the
+	// cluster name and the cluster CIDRs.
+	ClusterUID types.UID
 }
 
 // Routes manages the routes of a cluster's pod network.

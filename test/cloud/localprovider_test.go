@@ -215,8 +215,8 @@ func TestLocalProviderRoutesVolumesCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := p.Routes()
-	v4 := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("10.244.3.0/24")}
-	v6 := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("fd00:244:3::/64")}
+	v4 := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("10.244.3.0/24"), ClusterUID: "cluster-uid-1"}
+	v6 := cloud.Route{TargetNode: "node-a", DestinationCIDR: netip.MustParsePrefix("fd00:244:3::/64"), ClusterUID: "cluster-uid-1"}
 	for _, rt := range []cloud.Route{v4, v6, v4} { // creating twice is idempotent
 		if err := r.CreateRoute(ctx, "c1", "uid-a", rt); err != nil {
 			t.Fatal(err)
@@ -225,6 +225,11 @@ func TestLocalProviderRoutesVolumesCredentials(t *testing.T) {
 	list, err := r.ListRoutes(ctx, "c1")
 	if err != nil || len(list) != 2 {
 		t.Fatalf("routes = %+v %v", list, err)
+	}
+	for _, rt := range list {
+		if rt.ClusterUID != "cluster-uid-1" {
+			t.Errorf("route %s lists cluster UID %q, want the one it was made with", rt.Name, rt.ClusterUID)
+		}
 	}
 	for _, rt := range list {
 		if err := r.DeleteRoute(ctx, "c1", rt); err != nil {

@@ -45,6 +45,10 @@ type Config struct {
 	Recorder    record.EventRecorder
 	Metrics     prometheus.Registerer
 	ClusterName string
+	// ClusterUID (kube-system's UID, "" when unknown) is given to the
+	// routes this controller makes; listed routes with another cluster's
+	// UID are ignored (cloud.Route.ClusterUID).
+	ClusterUID types.UID
 	// ClusterCIDRs bound what the controller may delete.
 	ClusterCIDRs []netip.Prefix
 	// Workers make route calls in parallel; StatusWorkers write node
@@ -189,7 +193,9 @@ func (c *Controller) resync(ctx context.Context) error {
 func (c *Controller) list(ctx context.Context) ([]cloud.Route, error) {
 	routes, err := c.cfg.Routes.ListRoutes(ctx, c.cfg.ClusterName)
 	c.metrics.op("list", err)
-	return routes, err
+	// Another cluster's routes (same name, another UID) are not seen at
+	// all: neither deleted as stale nor taken for a node's own.
+	return slices.DeleteFunc(routes, func(r cloud.Route) bool { return !OwnedByCluster(r.ClusterUID, c.cfg.ClusterUID) }), err
 }
 
 // setCreated records a node's route state and queues a condition write if

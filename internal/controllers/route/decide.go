@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portside-io/portside/internal/netaddr"
 	"github.com/portside-io/portside/pkg/cloud"
@@ -59,4 +60,13 @@ func Responsible(dst netip.Prefix, clusterCIDRs []netip.Prefix) bool {
 	dst = dst.Masked()
 	last := netaddr.Last(dst)
 	return slices.ContainsFunc(clusterCIDRs, func(c netip.Prefix) bool { return c.Contains(dst.Addr()) || c.Contains(last) })
+}
+
+// OwnedByCluster reports whether a listed route may be this cluster's by
+// its cluster UID: yes when the route carries ours, or when either is
+// unknown (a provider without tags, a route from before them, our UID
+// unreadable), where upstream's rule (name and CIDRs) decides alone; no
+// when it carries another cluster's.
+func OwnedByCluster(route, ours types.UID) bool {
+	return route == "" || ours == "" || route == ours
 }

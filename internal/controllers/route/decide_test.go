@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portside-io/portside/pkg/cloud"
 )
@@ -78,5 +79,22 @@ func TestPlanNodeReplacesRoutesWhoseNodeAddressesChanged(t *testing.T) {
 	untracked.TargetNodeAddresses = old // the provider does not keep them
 	if p := PlanNode([]netip.Prefix{v4}, now, []cloud.Route{untracked}, clusterCIDRs); !p.Empty() {
 		t.Fatalf("provider without EnableNodeAddresses: plan %+v", p)
+	}
+}
+
+func TestOwnedByCluster(t *testing.T) {
+	for _, tc := range []struct {
+		route, ours types.UID
+		want        bool
+	}{
+		{"uid-a", "uid-a", true},
+		{"uid-b", "uid-a", false},
+		{"", "uid-a", true}, // untagged: upstream's rule decides
+		{"uid-b", "", true}, // our UID unknown: upstream's rule decides
+		{"", "", true},
+	} {
+		if got := OwnedByCluster(tc.route, tc.ours); got != tc.want {
+			t.Errorf("OwnedByCluster(%q, %q) = %v, want %v", tc.route, tc.ours, got, tc.want)
+		}
 	}
 }

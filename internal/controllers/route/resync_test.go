@@ -86,3 +86,49 @@ func TestNewRefusesUnscopedConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherClusterRoutesUntouched: a cluster of the same name (another
+// kube-system UID) lists into the same routes: its stale-looking route to
+// one of our nodes and its route to a node we do not have stay, and the
+// routes we make carry our UID. Routes without a UID (a provider without
+// tags) are still judged by upstream's rule.
+func TestOtherClusterRoutesUntouched(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	nodes := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes()
+	theirs := func(r cloud.Route) cloud.Route { r.ClusterUID = "uid-b"; return r }
+	cl := &memRoutes{routes: []cloud.Route{
+		theirs(rt("b-n1", "n1", "10.244.5.0/24", false)),
+		theirs(rt("b-n7", "n7", "10.244.7.0/24", false)),
+		rt("untagged-gone", "n9", "10.244.9.0/24", false),
+	}}
+	c, err := New(Config{
+		Client: client, Nodes: nodes, Routes: cl, Recorder: record.NewFakeRecorder(100),
+		ClusterName: "test", ClusterUID: "uid-a", ClusterCIDRs: clusterCIDRs, Workers: 1, StatusWorkers: 1, ResyncPeriod: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Informer().GetIndexer().Add(podNode("n1", "10.244.1.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for c.routes.Len() > 0 {
+		key, _ := c.routes.Get()
+		if err := c.syncNode(ctx, key); err != nil {
+			t.Errorf("sync %s: %v", key, err)
+		}
+		c.routes.Done(key)
+	}
+	var got []string
+	for _, r := range cl.routes {
+		got = append(got, string(r.ClusterUID)+" "+r.TargetNode+" "+r.DestinationCIDR.String())
+	}
+	slices.Sort(got)
+	want := []string{"uid-a n1 10.244.1.0/24", "uid-b n1 10.244.5.0/24", "uid-b n7 10.244.7.0/24"}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes after the resync %v, want %v", got, want)
+	}
+}

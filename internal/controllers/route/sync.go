@@ -45,7 +45,8 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	var errs []error
 	for _, cidr := range plan.Create {
 		start := time.Now()
-		err := c.cfg.Routes.CreateRoute(ctx, c.cfg.ClusterName, string(node.UID), cloud.Route{TargetNode: name, DestinationCIDR: cidr, TargetNodeAddresses: node.Status.Addresses})
+		err := c.cfg.Routes.CreateRoute(ctx, c.cfg.ClusterName, string(node.UID), cloud.Route{TargetNode: name, DestinationCIDR: cidr,
+			TargetNodeAddresses: node.Status.Addresses, ClusterUID: c.cfg.ClusterUID})
 		c.metrics.op("create", err)
 		if err != nil {
 			c.cfg.Recorder.Eventf(node, corev1.EventTypeWarning, ReasonFailedToCreateRoute,

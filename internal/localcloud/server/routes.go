@@ -24,6 +24,10 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, 0, nil, err)
 		return
 	}
+	if err := checkLen("clusterUID", rt.ClusterUID, lim.ClusterNameLen); err != nil {
+		respond(w, r, 0, nil, err)
+		return
+	}
 	if err := validName("route name", rt.Name, lim.RouteNameLen); err != nil {
 		respond(w, r, 0, nil, err)
 		return

@@ -259,8 +259,10 @@ type ChangeBackendsResponse struct {
 
 // Route sends a destination CIDR to an instance.
 type Route struct {
-	Name            string    `json:"name"`
-	Cluster         string    `json:"cluster"`
+	Name    string `json:"name"`
+	Cluster string `json:"cluster"`
+	// ClusterUID tells clusters of the same name apart (optional).
+	ClusterUID      string    `json:"clusterUID,omitempty"`
 	TargetNode      string    `json:"targetNode"`
 	TargetInstance  string    `json:"targetInstance,omitempty"`
 	DestinationCIDR string    `json:"destinationCIDR"`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
@@ -22,7 +24,7 @@ func (p *routes) ListRoutes(ctx context.Context, cluster string) ([]cloud.Route,
 		if err != nil {
 			continue // the cloud validates CIDRs; never seen
 		}
-		out = append(out, cloud.Route{Name: r.Name, TargetNode: r.TargetNode, DestinationCIDR: dst, Blackhole: r.Blackhole})
+		out = append(out, cloud.Route{Name: r.Name, TargetNode: r.TargetNode, DestinationCIDR: dst, Blackhole: r.Blackhole, ClusterUID: types.UID(r.ClusterUID)})
 	}
 	return out, nil
 }
@@ -35,14 +37,14 @@ func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cl
 	if r.DestinationCIDR.Addr().Is6() {
 		name = nameHint + "-ipv6"
 	}
-	_, err := p.c.CreateRoute(ctx, api.Route{Name: name, Cluster: cluster, TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()})
+	_, err := p.c.CreateRoute(ctx, api.Route{Name: name, Cluster: cluster, ClusterUID: string(r.ClusterUID), TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()})
 	if client.IsConflict(err) {
 		existing, lerr := p.ListRoutes(ctx, cluster)
 		if lerr != nil {
 			return lerr // e.g. throttled: its retry-after delay counts, not the conflict
 		}
 		for _, e := range existing {
-			if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() && !e.Blackhole {
+			if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() && !e.Blackhole && e.ClusterUID == r.ClusterUID {
 				return nil
 			}
 		}
