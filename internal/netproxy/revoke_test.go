@@ -87,3 +87,66 @@ func TestNodeChangeRevokesGrants(t *testing.T) {
 	}
 	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "the address refused once node-a is deleted")
 }
+
+// TestContestedAddressServedByNobody: node-b's kubelet (its own Node's
+// status is writable by it) lists node-a's address too. While it does,
+// neither agent may serve that address: node-a's traffic must not go to
+// node-b's agent. When node-b stops listing it, node-a's agent serves it
+// again.
+func TestContestedAddressServedByNobody(t *testing.T) {
+	ctx := context.Background()
+	echo := netproxytest.Listen(t, netproxytest.Echo)
+	host, _, _ := net.SplitHostPort(echo)
+	nodeWith := func(name string, addrs ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for _, a := range addrs {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	cs := fake.NewSimpleClientset(nodeWith("node-a", host), nodeWith("node-b", "127.0.0.99"))
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tok := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenReview).Spec.Token
+		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"aud"},
+			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent",
+				Extra: map[string]authv1.ExtraValue{server.NodeNameExtra: {strings.TrimPrefix(tok, "token-of-")}}}}}, nil
+	})
+	dir := t.TempDir()
+	strategies, err := server.ParseStrategies("destHost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uds := filepath.Join(dir, "proxy.sock")
+	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
+		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
+	for _, n := range []string{"node-a", "node-b"} {
+		token := filepath.Join(dir, n)
+		if err := os.WriteFile(token, []byte("token-of-"+n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// node-b's agent claims node-a's address from the start.
+		_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-" + n, AgentIdentifiers: "ipv4=" + host,
+			ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
+		defer stop()
+	}
+	netproxytest.Eventually(t, 5*time.Second, func() bool { return s.AgentCount() == 2 }, "both agents connected")
+	reaches := func() bool {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := dialUDS(dctx, uds, echo)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return roundTrip(c, 64) == nil
+	}
+	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served (by node-a's agent only: node-b's claim is denied)")
+	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99", host), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "node-a's address served by nobody while node-b lists it too")
+	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served again once node-b no longer lists it")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"slices"
 	"strings"
 	"sync"
 
@@ -69,20 +70,67 @@ type nodeCache struct {
 	events      typedcorev1.EventInterface
 }
 
+// claimIndex indexes Nodes by what an agent on them may claim
+// (NodeFacts.ClaimKeys), to find Nodes that list the same name or address.
+const claimIndex = "claims"
+
 func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	inf := f.Core().V1().Nodes().Informer()
-	notify := func(obj any) {
+	_ = inf.AddIndexers(cache.Indexers{claimIndex: func(obj any) ([]string, error) {
 		if n, ok := obj.(*corev1.Node); ok {
-			changed(n.Name)
-		} else if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			if n, ok := d.Obj.(*corev1.Node); ok {
-				changed(n.Name)
+			return FactsOf(n).ClaimKeys(), nil
+		}
+		return nil, nil
+	}})
+	indexer := inf.GetIndexer()
+	// notify re-decides the agents of n and, when its names or addresses
+	// changed (old, new: nil when none), of every Node that lists one of
+	// them, old or new: their contest began or ended. The index already
+	// holds the new state when handlers run.
+	notify := func(old, n *corev1.Node) {
+		changed(n.Name)
+		var keys []string
+		if k := FactsOf(n).ClaimKeys(); old == nil {
+			keys = k
+		} else if ko := FactsOf(old).ClaimKeys(); !slices.Equal(ko, k) {
+			keys = append(ko, k...)
+		}
+		seen := map[string]bool{n.Name: true}
+		for _, key := range keys {
+			objs, _ := indexer.ByIndex(claimIndex, key)
+			for _, o := range objs {
+				if other := o.(*corev1.Node).Name; !seen[other] {
+					seen[other] = true
+					changed(other)
+				}
 			}
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: notify,
-		UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify})
+	node := func(obj any) *corev1.Node {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		n, _ := obj.(*corev1.Node)
+		return n
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n := node(obj); n != nil {
+				notify(nil, n)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if o, n := node(old), node(obj); n != nil {
+				notify(o, n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n := node(obj); n != nil {
+				notify(nil, n)
+			}
+		},
+	})
 	b := record.NewBroadcaster()
 	return &nodeCache{factory: f, lister: inf.GetIndexer(), stop: make(chan struct{}), broadcaster: b,
 		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource}),
@@ -98,12 +146,24 @@ func (c *nodeCache) shutdown() {
 	c.once.Do(func() { close(c.stop); c.factory.Shutdown(); c.broadcaster.Shutdown() })
 }
 
+// get is the facts of Node name, with what another Node lists too
+// marked Contested.
 func (c *nodeCache) get(name string) *NodeFacts {
 	obj, ok, err := c.lister.GetByKey(name)
 	if err != nil || !ok {
 		return nil
 	}
-	return FactsOf(obj.(*corev1.Node))
+	f := FactsOf(obj.(*corev1.Node))
+	for _, key := range f.ClaimKeys() {
+		names, _ := c.lister.IndexKeys(claimIndex, key)
+		if slices.ContainsFunc(names, func(n string) bool { return n != name }) {
+			if f.Contested == nil {
+				f.Contested = map[string]bool{}
+			}
+			f.Contested[key] = true
+		}
+	}
+	return f
 }
 
 // decideIdentity applies DecideIdentifiers to an agent's claims with the

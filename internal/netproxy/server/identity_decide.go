@@ -56,7 +56,31 @@ type NodeFacts struct {
 	// addresses, the names kube-apiserver may dial the kubelet by.
 	Hosts []string
 	IPs   []netip.Addr
+	// Contested are the Hosts and IPs (ClaimKey) another Node lists too.
+	// A node's kubelet writes its own Node's status, so a compromised
+	// node can list another's name or address there; granting it to both
+	// agents would send the other node's kubelet traffic (exec, logs)
+	// through the compromised one. Nobody may claim it by its Node while
+	// two Nodes list it (NAT'd nodes sharing an ExternalIP lose it too:
+	// no single node could be reached by it anyway).
+	Contested map[string]bool
 }
+
+// ClaimKeys are the keys of a node's claimable names and addresses, for
+// finding Nodes that list the same (the server's Node index).
+func (f *NodeFacts) ClaimKeys() []string {
+	keys := make([]string, 0, len(f.Hosts)+len(f.IPs))
+	for _, h := range f.Hosts {
+		keys = append(keys, hostKey(h))
+	}
+	for _, ip := range f.IPs {
+		keys = append(keys, addrKey(ip))
+	}
+	return slices.Compact(slices.Sorted(slices.Values(keys)))
+}
+
+func hostKey(h string) string      { return "host/" + h }
+func addrKey(ip netip.Addr) string { return "addr/" + ip.Unmap().String() }
 
 // FactsOf reads a Node's claimable names and addresses.
 func FactsOf(n *corev1.Node) *NodeFacts {
@@ -89,6 +113,7 @@ const (
 	DenyNotOwnAddr   = "not_own_address"   // an address that is not its node's
 	DenyMalformed    = "malformed"         // not an address of the identifier's family
 	DenyRouteClaim   = "route_not_allowed" // cidr/default-route, or another node's address, without --allow-route-claims
+	DenyContested    = "contested"         // its node's, but another Node lists it too (NodeFacts.Contested)
 )
 
 // RouteClaimsAllowed reports whether the operator's --allow-route-claims
@@ -130,6 +155,8 @@ func DecideIdentifiers(p Principal, claims header.Identifiers, node *NodeFacts, 
 		switch {
 		case node == nil:
 			deny("host", h, nodeless)
+		case slices.Contains(node.Hosts, h) && node.Contested[hostKey(h)]:
+			deny("host", h, DenyContested)
 		case slices.Contains(node.Hosts, h):
 			kept.Host = append(kept.Host, h)
 		default:
@@ -142,9 +169,12 @@ func DecideIdentifiers(p Principal, claims header.Identifiers, node *NodeFacts, 
 			deny(kind, v, DenyMalformed)
 			return false
 		}
+		own := node != nil && slices.Contains(node.IPs, ip)
 		switch {
-		case node != nil && slices.Contains(node.IPs, ip), routesAllowed:
+		case own && !node.Contested[addrKey(ip)], routesAllowed:
 			return true
+		case own:
+			deny(kind, v, DenyContested)
 		case node != nil:
 			deny(kind, v, DenyNotOwnAddr)
 		case p.User != "" && p.Node == "":

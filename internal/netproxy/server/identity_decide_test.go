@@ -6,6 +6,7 @@ import (
 	"crypto/x509/pkix"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,10 @@ func TestDecideIdentifiers(t *testing.T) {
 			"host=node-a&host=a.internal&host=a.dns&ipv4=10.0.0.1&ipv6=fd00::1", nil},
 		{"ipv6 in another spelling is the same address", tokenA, "ipv6=FD00:0::1", nodeA, false, "ipv6=FD00:0::1", nil},
 		{"another node's name", tokenA, "host=node-b", nodeA, false, "", []Denial{{"host", "node-b", DenyNotOwnHost}}},
+		{"own, but another Node lists them too", tokenA, "host=node-a&host=a.internal&ipv4=10.0.0.1&ipv6=fd00::1", contested(nodeA, hostKey("a.internal"), addrKey(netip.MustParseAddr("10.0.0.1"))), false,
+			"host=node-a&ipv6=fd00::1", []Denial{{"host", "a.internal", DenyContested}, {"ipv4", "10.0.0.1", DenyContested}}},
+		{"contested, but route claims allowed (the operator trusts it)", tokenA, "ipv4=10.0.0.1", contested(nodeA, addrKey(netip.MustParseAddr("10.0.0.1"))), true,
+			"ipv4=10.0.0.1", nil},
 		{"host compared exactly, as upstream's destHost", tokenA, "host=Node-A", nodeA, false, "", []Denial{{"host", "Node-A", DenyNotOwnHost}}},
 		{"another node's address", tokenA, "ipv4=10.0.0.2&ipv6=fd00::2", nodeA, false, "",
 			[]Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr}, {"ipv6", "fd00::2", DenyNotOwnAddr}}},
@@ -182,5 +187,25 @@ func TestVerifiedLeaf(t *testing.T) {
 		if got := verifiedLeaf(tc.st); got != tc.want {
 			t.Errorf("%s: verifiedLeaf = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// contested is f with keys marked contested (another Node lists them).
+func contested(f *NodeFacts, keys ...string) *NodeFacts {
+	c := *f
+	c.Contested = map[string]bool{}
+	for _, k := range keys {
+		c.Contested[k] = true
+	}
+	return &c
+}
+
+func TestClaimKeys(t *testing.T) {
+	f := FactsOf(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeExternalIP, Address: "::ffff:10.0.0.1"},
+		{Type: corev1.NodeHostName, Address: "n1"}, {Type: corev1.NodeInternalDNS, Address: "n1.dns"}}}})
+	want := []string{"addr/10.0.0.1", "host/n1", "host/n1.dns"}
+	if got := f.ClaimKeys(); !slices.Equal(got, want) {
+		t.Errorf("ClaimKeys = %v, want %v (sorted, each once, IPv4-mapped as IPv4)", got, want)
 	}
 }
