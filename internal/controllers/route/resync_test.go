@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -21,9 +23,6 @@ import (
 // and for a CIDR a node no longer has (PlanNode); a foreign route to a
 // gone node, a default route and a wider route stay.
 func TestResyncDeletesOnlyOurRoutes(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset()
-	nodes := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes()
 	cl := &memRoutes{routes: []cloud.Route{
 		rt("keep", "n1", "10.244.1.0/24", false),
 		rt("gone-node", "n9", "10.244.9.0/24", false),
@@ -33,29 +32,7 @@ func TestResyncDeletesOnlyOurRoutes(t *testing.T) {
 		rt("default-route", "nat", "0.0.0.0/0", false),
 		rt("wider", "n9", "10.0.0.0/8", false),
 	}}
-	c, err := New(Config{
-		Client: client, Nodes: nodes, Routes: cl, Recorder: record.NewFakeRecorder(100),
-		ClusterName: "test", ClusterCIDRs: clusterCIDRs, Workers: 1, StatusWorkers: 1, ResyncPeriod: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"n1", "n2"} {
-		cidr := map[string]string{"n1": "10.244.1.0/24", "n2": "10.244.2.0/24"}[n]
-		if err := nodes.Informer().GetIndexer().Add(podNode(n, cidr)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.resync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for c.routes.Len() > 0 {
-		key, _ := c.routes.Get()
-		if err := c.syncNode(ctx, key); err != nil {
-			t.Errorf("sync %s: %v", key, err)
-		}
-		c.routes.Done(key)
-	}
+	resyncAndSync(t, cl, "", podNode("n1", "10.244.1.0/24"), podNode("n2", "10.244.2.0/24"))
 	var got []string
 	for _, r := range cl.routes {
 		got = append(got, r.TargetNode+" "+r.DestinationCIDR.String())
@@ -93,24 +70,43 @@ func TestNewRefusesUnscopedConfig(t *testing.T) {
 // routes we make carry our UID. Routes without a UID (a provider without
 // tags) are still judged by upstream's rule.
 func TestOtherClusterRoutesUntouched(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset()
-	nodes := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes()
 	theirs := func(r cloud.Route) cloud.Route { r.ClusterUID = "uid-b"; return r }
 	cl := &memRoutes{routes: []cloud.Route{
 		theirs(rt("b-n1", "n1", "10.244.5.0/24", false)),
 		theirs(rt("b-n7", "n7", "10.244.7.0/24", false)),
 		rt("untagged-gone", "n9", "10.244.9.0/24", false),
 	}}
+	resyncAndSync(t, cl, "uid-a", podNode("n1", "10.244.1.0/24"))
+	var got []string
+	for _, r := range cl.routes {
+		got = append(got, string(r.ClusterUID)+" "+r.TargetNode+" "+r.DestinationCIDR.String())
+	}
+	slices.Sort(got)
+	want := []string{"uid-a n1 10.244.1.0/24", "uid-b n1 10.244.5.0/24", "uid-b n7 10.244.7.0/24"}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes after the resync %v, want %v", got, want)
+	}
+}
+
+// resyncAndSync runs a controller of cluster "test" (UID uid) with nodes
+// over cl: one full resync, then every node it queued synced, as the
+// workers would.
+func resyncAndSync(t *testing.T, cl *memRoutes, uid types.UID, nodeObjs ...*corev1.Node) {
+	t.Helper()
+	ctx := context.Background()
+	client := fake.NewClientset()
+	nodes := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes()
 	c, err := New(Config{
 		Client: client, Nodes: nodes, Routes: cl, Recorder: record.NewFakeRecorder(100),
-		ClusterName: "test", ClusterUID: "uid-a", ClusterCIDRs: clusterCIDRs, Workers: 1, StatusWorkers: 1, ResyncPeriod: time.Hour,
+		ClusterName: "test", ClusterUID: uid, ClusterCIDRs: clusterCIDRs, Workers: 1, StatusWorkers: 1, ResyncPeriod: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nodes.Informer().GetIndexer().Add(podNode("n1", "10.244.1.0/24")); err != nil {
-		t.Fatal(err)
+	for _, n := range nodeObjs {
+		if err := nodes.Informer().GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.resync(ctx); err != nil {
 		t.Fatal(err)
@@ -121,14 +117,5 @@ func TestOtherClusterRoutesUntouched(t *testing.T) {
 			t.Errorf("sync %s: %v", key, err)
 		}
 		c.routes.Done(key)
-	}
-	var got []string
-	for _, r := range cl.routes {
-		got = append(got, string(r.ClusterUID)+" "+r.TargetNode+" "+r.DestinationCIDR.String())
-	}
-	slices.Sort(got)
-	want := []string{"uid-a n1 10.244.1.0/24", "uid-b n1 10.244.5.0/24", "uid-b n7 10.244.7.0/24"}
-	if !slices.Equal(got, want) {
-		t.Errorf("routes after the resync %v, want %v", got, want)
 	}
 }
