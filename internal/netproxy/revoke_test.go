@@ -30,51 +30,17 @@ func TestNodeChangeRevokesGrants(t *testing.T) {
 	ctx := context.Background()
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	host, _, _ := net.SplitHostPort(echo)
-	nodeWith := func(addr string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}}}
-	}
-	cs := fake.NewSimpleClientset(nodeWith(host))
-	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"aud"},
-			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent",
-				Extra: map[string]authv1.ExtraValue{server.NodeNameExtra: {"node-a"}}}}}, nil
-	})
-	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("pod-bound-token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	strategies, err := server.ParseStrategies("destHost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uds := filepath.Join(dir, "proxy.sock")
-	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
-		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
-	_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-a", AgentIdentifiers: "ipv4=" + host,
-		ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
-	defer stop()
+	cs := fake.NewSimpleClientset(nodeWith("node-a", host))
+	s, uds := startNodeBoundServer(t, cs)
+	startNodeAgent(t, s, "node-a", "ipv4="+host)
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
 
-	reaches := func() bool {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		c, err := dialUDS(dctx, uds, echo)
-		if err != nil {
-			if !strings.Contains(err.Error(), "No agent available") {
-				t.Logf("dial: %v", err)
-			}
-			return false
-		}
-		defer c.Close()
-		return roundTrip(c, 64) == nil
-	}
+	reaches := func() bool { return reachesVia(ctx, uds, echo) }
 	netproxytest.Eventually(t, 10*time.Second, reaches, "a dial of node-a's address through its agent")
 
 	setAddr := func(addr string) {
 		t.Helper()
-		if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith(addr), metav1.UpdateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-a", addr), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,49 +63,13 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 	ctx := context.Background()
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	host, _, _ := net.SplitHostPort(echo)
-	nodeWith := func(name string, addrs ...string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		for _, a := range addrs {
-			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
-		}
-		return n
-	}
 	cs := fake.NewSimpleClientset(nodeWith("node-a", host), nodeWith("node-b", "127.0.0.99"))
-	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		tok := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenReview).Spec.Token
-		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"aud"},
-			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent",
-				Extra: map[string]authv1.ExtraValue{server.NodeNameExtra: {strings.TrimPrefix(tok, "token-of-")}}}}}, nil
-	})
-	dir := t.TempDir()
-	strategies, err := server.ParseStrategies("destHost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uds := filepath.Join(dir, "proxy.sock")
-	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
-		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
-	for _, n := range []string{"node-a", "node-b"} {
-		token := filepath.Join(dir, n)
-		if err := os.WriteFile(token, []byte("token-of-"+n), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		// node-b's agent claims node-a's address from the start.
-		_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-" + n, AgentIdentifiers: "ipv4=" + host,
-			ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
-		defer stop()
-	}
+	s, uds := startNodeBoundServer(t, cs)
+	// node-b's agent claims node-a's address from the start.
+	startNodeAgent(t, s, "node-a", "ipv4="+host)
+	startNodeAgent(t, s, "node-b", "ipv4="+host)
 	netproxytest.Eventually(t, 5*time.Second, func() bool { return s.AgentCount() == 2 }, "both agents connected")
-	reaches := func() bool {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		c, err := dialUDS(dctx, uds, echo)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		return roundTrip(c, 64) == nil
-	}
+	reaches := func() bool { return reachesVia(ctx, uds, echo) }
 	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served (by node-a's agent only: node-b's claim is denied)")
 	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99", host), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -149,4 +79,60 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served again once node-b no longer lists it")
+}
+
+// startNodeBoundServer runs a proxy server (destHost) whose agents
+// authenticate with pod-bound tokens "token-of-<node>", reviewed by cs as
+// bound to <node>, and whose Nodes are cs's.
+func startNodeBoundServer(t *testing.T, cs *fake.Clientset) (*server.Server, string) {
+	t.Helper()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tok := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenReview).Spec.Token
+		return true, &authv1.TokenReview{Status: authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"aud"},
+			User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent",
+				Extra: map[string]authv1.ExtraValue{server.NodeNameExtra: {strings.TrimPrefix(tok, "token-of-")}}}}}, nil
+	})
+	strategies, err := server.ParseStrategies("destHost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uds := filepath.Join(t.TempDir(), "proxy.sock")
+	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
+		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
+	return s, uds
+}
+
+// startNodeAgent runs an agent with node's token, claiming claims; it is
+// stopped when the test ends.
+func startNodeAgent(t *testing.T, s *server.Server, node, claims string) {
+	t.Helper()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("token-of-"+node), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-" + node, AgentIdentifiers: claims,
+		ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
+	t.Cleanup(stop)
+}
+
+// reachesVia reports whether a dial of dest through the server's socket
+// gets an echo back.
+func reachesVia(ctx context.Context, uds, dest string) bool {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := dialUDS(dctx, uds, dest)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	return roundTrip(c, 64) == nil
+}
+
+// nodeWith is a Node with InternalIPs addrs.
+func nodeWith(name string, addrs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	return n
 }
