@@ -189,3 +189,23 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name, code, webhook 
 	}
 	return 0
 }
+
+// TestServeRefusesOldTLS: by default (no MinTLSVersion) the webhook
+// speaks TLS 1.2 and newer only; a client limited to TLS 1.1 is refused.
+func TestServeRefusesOldTLS(t *testing.T) {
+	url, _ := startServer(t, ServeOptions{})
+	addr := strings.TrimPrefix(url, "https://")
+	for _, tc := range []struct {
+		name string
+		max  uint16
+		ok   bool
+	}{{"TLS 1.1", tls.VersionTLS11, false}, {"TLS 1.2", tls.VersionTLS12, true}} {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS10, MaxVersion: tc.max}) // the version is what is tested
+		if c != nil {
+			_ = c.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: handshake error %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}

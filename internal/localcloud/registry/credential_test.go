@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,10 @@ func TestSignVerify(t *testing.T) {
 		{"other host", good.Host, user, otherHost, "credential is for registry registry.example.com, not 127.0.0.1:5000", "", false},
 		{"expired", good.Host, user, expired, "credential expired at 2027-01-15T07:59:59Z", "", false},
 		{"unknown username", good.Host, "admin", pass, `username "admin" is not`, "", false},
+		// One credential, one username: the node's subject spelled the
+		// raw way would be another name for the same credential in logs.
+		{"another spelling of the node's username", good.Host, rawUserPrefix + base64.RawURLEncoding.EncodeToString([]byte(NodeSubject)), pass,
+			"is not a credential username the cloud issues", "", false},
 		{"bad sa username", good.Host, "sa.nodot", pass, "sa.<namespace>.<name>", "", false},
 		{"empty password", good.Host, user, "", "password is not a credential", "", false},
 		{"garbage password", good.Host, user, "hunter2", "password is not a credential", "", false},

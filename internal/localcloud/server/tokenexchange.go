@@ -78,6 +78,11 @@ func validateIssuer(iss *api.TokenIssuer) error {
 	if len(iss.Audiences) == 0 || slices.Contains(iss.Audiences, "") {
 		return invalid("audiences must list at least one non-empty audience (the kubelet's credential provider tokenAttributes.serviceAccountTokenAudience)")
 	}
+	for _, a := range iss.Audiences {
+		if apiServerAudience(a, iss.Issuer) {
+			return invalid("audience %q is the apiserver's own: every pod's token carries it, so any pod could exchange its token for registry credentials; give a dedicated audience, e.g. portside-local-registry, the kubelet's credential provider tokenAttributes.serviceAccountTokenAudience", a)
+		}
+	}
 	if _, err := parsePublicKeys(iss.PublicKeysPEM); err != nil {
 		return invalid("publicKeysPEM: %v", err)
 	}
@@ -212,4 +217,23 @@ func (s *Server) exchangeToken(token string, now time.Time) (*serviceAccount, er
 		sa.Namespace, sa.Name = parts[2], parts[3]
 	}
 	return sa, nil
+}
+
+// apiServerAudience reports whether audience a is one kube-apiserver
+// gives every pod's token by default: its --api-audiences default to the
+// issuer, and in-cluster issuers are the kubernetes Service's names. A
+// token with it proves only that it came from some pod of the cluster.
+func apiServerAudience(a, issuer string) bool {
+	if a == issuer || strings.TrimSuffix(a, "/") == strings.TrimSuffix(issuer, "/") {
+		return true
+	}
+	host := a
+	if u, err := url.Parse(a); err == nil && u.Host != "" {
+		host = u.Hostname()
+	}
+	switch host {
+	case "kubernetes", "kubernetes.default", "kubernetes.default.svc":
+		return true
+	}
+	return strings.HasPrefix(host, "kubernetes.default.svc.")
 }

@@ -81,6 +81,10 @@ func TestTokenIssuers(t *testing.T) {
 		{"issuer not a URL", func(i *api.TokenIssuer) { i.Issuer = "kubernetes" }, `issuer "kubernetes" is not a URL`},
 		{"no audience", func(i *api.TokenIssuer) { i.Audiences = nil }, "at least one non-empty audience"},
 		{"empty audience", func(i *api.TokenIssuer) { i.Audiences = []string{""} }, "at least one non-empty audience"},
+		{"the issuer as audience (the apiserver's default)", func(i *api.TokenIssuer) { i.Audiences = []string{"portside", "https://cluster.test"} },
+			`audience "https://cluster.test" is the apiserver's own`},
+		{"the kubernetes Service as audience", func(i *api.TokenIssuer) { i.Audiences = []string{"https://kubernetes.default.svc.cluster.local"} },
+			"give a dedicated audience"},
 		{"no PEM", func(i *api.TokenIssuer) { i.PublicKeysPEM = "hello" }, "holds no PEM public key"},
 		{"private key", func(i *api.TokenIssuer) {
 			i.PublicKeysPEM = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(rsaKey)}))
@@ -119,7 +123,10 @@ type tokenSpec struct {
 	iss, sub string
 	aud      []string
 	exp, nbf time.Time
-	ns, sa   string
+	// iat is nbf when zero; noExp leaves exp out.
+	iat    time.Time
+	noExp  bool
+	ns, sa string
 }
 
 func signToken(t *testing.T, s tokenSpec) string {
@@ -127,8 +134,15 @@ func signToken(t *testing.T, s tokenSpec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	iat := s.iat
+	if iat.IsZero() {
+		iat = s.nbf
+	}
 	std := jwt.Claims{Issuer: s.iss, Subject: s.sub, Audience: s.aud, Expiry: jwt.NewNumericDate(s.exp),
-		NotBefore: jwt.NewNumericDate(s.nbf), IssuedAt: jwt.NewNumericDate(s.nbf)}
+		NotBefore: jwt.NewNumericDate(s.nbf), IssuedAt: jwt.NewNumericDate(iat)}
+	if s.noExp {
+		std.Expiry = nil
+	}
 	b := jwt.Signed(signer).Claims(std)
 	if s.ns != "" {
 		b = b.Claims(map[string]any{"kubernetes.io": map[string]any{"namespace": s.ns,
@@ -164,6 +178,8 @@ func TestServiceAccountTokenExchange(t *testing.T) {
 		{"RS256", signToken(t, base), "system:serviceaccount:team-a:puller"},
 		{"ES256, second key", with(func(s *tokenSpec) { s.key, s.alg = ecKey, jose.ES256 }), "system:serviceaccount:team-a:puller"},
 		{"sub only", with(func(s *tokenSpec) { s.ns, s.sub = "", "system:serviceaccount:team-b:builder" }), "system:serviceaccount:team-b:builder"},
+		// Clocks differ by seconds: a token valid from 30 s ahead is taken.
+		{"nbf and iat within the leeway", with(func(s *tokenSpec) { s.nbf = now.Add(30 * time.Second) }), "system:serviceaccount:team-a:puller"},
 	}
 	for _, tc := range good {
 		cred, err := c.Credential(ctx, api.CredentialRequest{Image: image, ServiceAccountToken: tc.token})
@@ -190,6 +206,8 @@ func TestServiceAccountTokenExchange(t *testing.T) {
 		{"expired", with(func(s *tokenSpec) { s.exp, s.nbf = now.Add(-time.Minute), now.Add(-time.Hour) }), false, 401, "it expired at"},
 		{"bad signature", with(func(s *tokenSpec) { s.key = otherKey }), false, 401, `signature does not match any public key of issuer "https://cluster.test"`},
 		{"not yet valid", with(func(s *tokenSpec) { s.nbf = now.Add(5 * time.Minute) }), false, 401, "it is not valid before"},
+		{"issued in the future", with(func(s *tokenSpec) { s.iat = now.Add(48 * time.Hour) }), false, 401, "it was issued in the future"},
+		{"no exp", with(func(s *tokenSpec) { s.noExp = true }), false, 401, "it has no exp claim"},
 		{"no service account", with(func(s *tokenSpec) { s.ns, s.sub = "", "alice" }), false, 401, "it names no service account"},
 		{"not a JWT", "not.a.jwt", false, 401, "service account token rejected: not a signed JWT"},
 		{"HS256", with(func(s *tokenSpec) { s.key, s.alg = []byte("0123456789abcdef0123456789abcdef"), jose.HS256 }), false, 401, "not a signed JWT"},
@@ -248,5 +266,30 @@ func TestServedRegistry(t *testing.T) {
 	r, _ := name.ParseReference(host2+"/team/app:2", name.Insecure)
 	if desc, err := remote.Get(r, remote.WithAuth(&authn.Basic{Username: cred.Username, Password: cred.Password})); err != nil || !strings.HasSuffix(ref, desc.Digest.String()) {
 		t.Fatalf("after restart: %v %v", desc, err)
+	}
+}
+
+func TestAPIServerAudience(t *testing.T) {
+	const issuer = "https://kubernetes.default.svc.cluster.local"
+	for _, tc := range []struct {
+		a    string
+		want bool
+	}{
+		{issuer, true},
+		{issuer + "/", true},
+		{"https://kubernetes.default.svc", true},
+		{"kubernetes.default.svc", true},
+		{"https://kubernetes.default.svc.example.internal", true},
+		{"kubernetes", true},
+		{"portside-local-registry", false},
+		{"https://registry.example.com", false},
+		{"kubernetes-registry", false},
+	} {
+		if got := apiServerAudience(tc.a, issuer); got != tc.want {
+			t.Errorf("apiServerAudience(%q) = %v, want %v", tc.a, got, tc.want)
+		}
+	}
+	if !apiServerAudience("https://oidc.example.com/cluster-1", "https://oidc.example.com/cluster-1") {
+		t.Error("an external issuer used as audience is the apiserver's default too")
 	}
 }
