@@ -194,6 +194,16 @@ func TestLocalProviderLoadBalancerCarriesTraffic(t *testing.T) {
 	if lb.Tags[local.TagServiceName] != "default/web" || lb.Cluster != "c1" {
 		t.Fatalf("load balancer not tagged with its Service and cluster: %+v", lb)
 	}
+	// A spec of another Service that happens to have the name: the tags
+	// say the load balancer is not its to delete.
+	other := *spec
+	other.UID = "6f1f2c1e-0000-4000-8000-00000000000f"
+	if err := lbs.EnsureLoadBalancerDeleted(ctx, &other); err == nil || !strings.Contains(err.Error(), "tagged for Service default/web") {
+		t.Fatalf("deleting with another Service's UID: %v, want a refusal naming the Service it is tagged for", err)
+	}
+	if _, exists, err := lbs.GetLoadBalancer(ctx, spec); !exists || err != nil {
+		t.Fatalf("after the refused delete: exists %v, %v", exists, err)
+	}
 	if err := lbs.EnsureLoadBalancerDeleted(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
+	"github.com/portside-io/portside/pkg/localcloud/client"
 )
 
 type loadBalancers Provider
@@ -153,7 +154,20 @@ func (p *loadBalancers) ChangeLoadBalancerHosts(ctx context.Context, spec *cloud
 }
 
 func (p *loadBalancers) EnsureLoadBalancerDeleted(ctx context.Context, spec *cloud.LoadBalancerSpec) error {
-	err := sdkErr(p.c.DeleteLoadBalancer(ctx, spec.Name), "delete load balancer "+spec.Name)
+	// The name is the Service UID's, so a collision is all but impossible;
+	// the tags make it provable: a load balancer tagged for another
+	// Service or cluster is not this spec's, whatever its name.
+	lb, err := p.c.GetLoadBalancer(ctx, spec.Name)
+	if client.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return sdkErr(err, "get load balancer "+spec.Name)
+	}
+	if why := NotDeletableFor(lb.Tags, spec); why != "" {
+		return fmt.Errorf("not deleting load balancer %s: %s", spec.Name, why)
+	}
+	err = sdkErr(p.c.DeleteLoadBalancer(ctx, spec.Name), "delete load balancer "+spec.Name)
 	if cloud.IsNotFound(err) {
 		return nil
 	}
@@ -224,4 +238,18 @@ func (p *loadBalancers) ListLoadBalancers(ctx context.Context, cluster string) (
 		out = append(out, ref)
 	}
 	return out, nil
+}
+
+// NotDeletableFor says why a load balancer with tags is not spec's to
+// delete ("" when it may be): tagged with another Service UID or another
+// cluster UID. A tag or a spec field that is empty (a load balancer made
+// before the tag, a cluster UID unknown) proves nothing either way.
+func NotDeletableFor(tags map[string]string, spec *cloud.LoadBalancerSpec) string {
+	if uid := tags[TagServiceUID]; uid != "" && spec.UID != "" && uid != string(spec.UID) {
+		return fmt.Sprintf("it is tagged for Service %s (uid %s), not uid %s", tags[TagServiceName], uid, spec.UID)
+	}
+	if uid := tags[TagClusterUID]; uid != "" && spec.ClusterUID != "" && uid != string(spec.ClusterUID) {
+		return fmt.Sprintf("it is tagged for cluster uid %s, not %s", uid, spec.ClusterUID)
+	}
+	return ""
 }

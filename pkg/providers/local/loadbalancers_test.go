@@ -83,3 +83,23 @@ func TestDataPath(t *testing.T) {
 		})
 	}
 }
+
+func TestNotDeletableFor(t *testing.T) {
+	tags := map[string]string{TagServiceName: "default/web", TagServiceUID: "uid-1", TagClusterUID: "cluster-1"}
+	for _, tc := range []struct {
+		name string
+		tags map[string]string
+		spec cloud.LoadBalancerSpec
+		ok   bool
+	}{
+		{"its own", tags, cloud.LoadBalancerSpec{UID: "uid-1", ClusterUID: "cluster-1"}, true},
+		{"another Service's", tags, cloud.LoadBalancerSpec{UID: "uid-2", ClusterUID: "cluster-1"}, false},
+		{"another cluster's", tags, cloud.LoadBalancerSpec{UID: "uid-1", ClusterUID: "cluster-2"}, false},
+		{"our cluster UID unknown", tags, cloud.LoadBalancerSpec{UID: "uid-1"}, true},
+		{"untagged (made before the tags)", map[string]string{}, cloud.LoadBalancerSpec{UID: "uid-2", ClusterUID: "cluster-2"}, true},
+	} {
+		if why := NotDeletableFor(tc.tags, &tc.spec); (why == "") != tc.ok {
+			t.Errorf("%s: NotDeletableFor = %q, want deletable %v", tc.name, why, tc.ok)
+		}
+	}
+}
