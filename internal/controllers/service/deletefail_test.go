@@ -96,3 +96,70 @@ func TestServiceGoneRetriesFailedDeletion(t *testing.T) {
 	lb.succeed()
 	eventually(t, 10*time.Second, "the load balancer deleted and forgotten", func() bool { return !h.remembered("ns/s") })
 }
+
+// uidLB records the Service UIDs of the load balancers deleted.
+type uidLB struct {
+	*fakeLB
+	mu      sync.Mutex
+	deleted []string
+}
+
+func (l *uidLB) EnsureLoadBalancerDeleted(ctx context.Context, spec *cloud.LoadBalancerSpec) error {
+	l.mu.Lock()
+	l.deleted = append(l.deleted, string(spec.UID))
+	l.mu.Unlock()
+	return l.fakeLB.EnsureLoadBalancerDeleted(ctx, spec)
+}
+
+// TestRecreatedServiceDeletesTheOldLoadBalancer: a Service deleted and
+// recreated under its name while the controller missed the deletion (the
+// cache went from the old object straight to the new) has the old UID's
+// load balancer deleted before the new one is made; nothing else is.
+func TestRecreatedServiceDeletesTheOldLoadBalancer(t *testing.T) {
+	ctx := context.Background()
+	lb := &uidLB{fakeLB: &fakeLB{}}
+	old := svc(withFinalizer)
+	h := newHarness(t, lb.fakeLB, func(c *Config) { c.LoadBalancers = lb }, old, node("n1", nil))
+	services := h.factory.Core().V1().Services().Informer().GetIndexer()
+	for _, o := range []any{old, node("n1", nil)} {
+		var err error
+		if n, ok := o.(*corev1.Node); ok {
+			err = h.factory.Core().V1().Nodes().Informer().GetIndexer().Add(n)
+		} else {
+			err = services.Add(o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.c.recomputeHosts()
+	if err := h.c.sync(ctx, "ns/s"); err != nil || !h.remembered("ns/s") {
+		t.Fatalf("first sync: %v, remembered %v", err, h.remembered("ns/s"))
+	}
+	recreated := svc(withFinalizer)
+	recreated.UID = "uid-2"
+	if err := h.client.CoreV1().Services("ns").Delete(ctx, "s", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.CoreV1().Services("ns").Create(ctx, recreated, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := services.Update(recreated); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.sync(ctx, "ns/s"); err != nil {
+		t.Fatal(err)
+	}
+	lb.mu.Lock()
+	deleted := append([]string(nil), lb.deleted...)
+	lb.mu.Unlock()
+	if len(deleted) != 1 || deleted[0] != string(old.UID) {
+		t.Fatalf("load balancers deleted for UIDs %v, want only the old one (%s)", deleted, old.UID)
+	}
+	h.c.mu.Lock()
+	st, ok := h.c.state["ns/s"]
+	h.c.mu.Unlock()
+	if !ok || st.spec.UID != "uid-2" {
+		t.Fatalf("after the sync the controller remembers %+v, want the new Service's load balancer", st.spec)
+	}
+}
