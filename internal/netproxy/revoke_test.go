@@ -45,13 +45,14 @@ func TestNodeChangeRevokesGrants(t *testing.T) {
 		}
 	}
 	setAddr("10.255.0.1")
-	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "the old address refused once node-a no longer lists it")
+	refused := func() bool { return refusedVia(ctx, uds, echo) }
+	netproxytest.Eventually(t, 10*time.Second, refused, "the old address refused once node-a no longer lists it")
 	setAddr(host)
 	netproxytest.Eventually(t, 10*time.Second, reaches, "the address served again once node-a lists it again")
 	if err := cs.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "the address refused once node-a is deleted")
+	netproxytest.Eventually(t, 10*time.Second, refused, "the address refused once node-a is deleted")
 }
 
 // TestContestedAddressServedByNobody: node-b's kubelet (its own Node's
@@ -67,18 +68,27 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 	s, uds := startNodeBoundServer(t, cs)
 	// node-b's agent claims node-a's address from the start.
 	startNodeAgent(t, s, "node-a", "ipv4="+host)
-	startNodeAgent(t, s, "node-b", "ipv4="+host)
+	startNodeAgent(t, s, "node-b", "ipv4="+host+"&host="+host)
 	netproxytest.Eventually(t, 5*time.Second, func() bool { return s.AgentCount() == 2 }, "both agents connected")
 	reaches := func() bool { return reachesVia(ctx, uds, echo) }
 	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served (by node-a's agent only: node-b's claim is denied)")
 	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99", host), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	netproxytest.Eventually(t, 10*time.Second, func() bool { return !reaches() }, "node-a's address served by nobody while node-b lists it too")
+	refused := func() bool { return refusedVia(ctx, uds, echo) }
+	netproxytest.Eventually(t, 10*time.Second, refused, "node-a's address served by nobody while node-b lists it too")
 	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served again once node-b no longer lists it")
+	// The same address listed as a host name (Hostname, ExternalDNS) and
+	// claimed as host=: one claim to routing, so contested too.
+	asName := nodeWith("node-b", "127.0.0.99")
+	asName.Status.Addresses = append(asName.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: host})
+	if _, err := cs.CoreV1().Nodes().Update(ctx, asName, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netproxytest.Eventually(t, 10*time.Second, refused, "node-a's address served by nobody while node-b lists it as its Hostname")
 }
 
 // startNodeBoundServer runs a proxy server (destHost) whose agents
@@ -118,14 +128,26 @@ func startNodeAgent(t *testing.T, s *server.Server, node, claims string) {
 // reachesVia reports whether a dial of dest through the server's socket
 // gets an echo back.
 func reachesVia(ctx context.Context, uds, dest string) bool {
+	return dialVia(ctx, uds, dest) == nil
+}
+
+// refusedVia reports whether the server refuses a dial of dest because no
+// agent may serve it (not merely any failure).
+func refusedVia(ctx context.Context, uds, dest string) bool {
+	err := dialVia(ctx, uds, dest)
+	return err != nil && strings.Contains(err.Error(), "No agent available")
+}
+
+// dialVia dials dest through the server's socket and checks an echo.
+func dialVia(ctx context.Context, uds, dest string) error {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := dialUDS(dctx, uds, dest)
 	if err != nil {
-		return false
+		return err
 	}
 	defer c.Close()
-	return roundTrip(c, 64) == nil
+	return roundTrip(c, 64)
 }
 
 // nodeWith is a Node with InternalIPs addrs.

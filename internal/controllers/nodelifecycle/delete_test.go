@@ -19,8 +19,7 @@ import (
 // TestOnlyGoneNodesAreDeleted: of NotReady nodes whose instance exists,
 // is shut down, cannot say whether it is shut down, or whose existence
 // the cloud failed to tell (an error: retried), only the one the cloud
-// positively reports gone is deleted; a Ready node is not even asked
-// about.
+// positively reports gone is deleted, and a Ready node stays.
 func TestOnlyGoneNodesAreDeleted(t *testing.T) {
 	objs := []*corev1.Node{notReady("gone"), notReady("stopped"), notReady("running"), notReady("flaky"), notReady("noshutdown"), node(true, false)}
 	objs[5].Name = "ready"

@@ -191,7 +191,12 @@ func (s *Server) exchangeToken(token string, now time.Time) (*serviceAccount, er
 	if !verified {
 		return nil, reject("signature does not match any public key of issuer %q", iss.Issuer)
 	}
-	if !slices.ContainsFunc(std.Audience, func(a string) bool { return slices.Contains(iss.Audiences, a) }) {
+	// An issuer trusted before the apiserver's own audiences were refused
+	// (validateIssuer) may still list one: it is never accepted.
+	if !slices.ContainsFunc(std.Audience, func(a string) bool { return slices.Contains(iss.Audiences, a) && !apiServerAudience(a, iss.Issuer) }) {
+		if slices.ContainsFunc(std.Audience, func(a string) bool { return slices.Contains(iss.Audiences, a) }) {
+			return nil, reject("audience %v is the apiserver's own, which every pod's token carries: trust issuer %q again with a dedicated audience (e.g. portside-local-registry)", []string(std.Audience), iss.Issuer)
+		}
 		return nil, reject("audience %v not accepted (want one of %v)", []string(std.Audience), iss.Audiences)
 	}
 	if std.Expiry == nil {

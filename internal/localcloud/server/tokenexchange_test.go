@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/portside-io/portside/internal/localcloud/registry"
+	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 	"github.com/portside-io/portside/pkg/localcloud/client"
 )
@@ -291,5 +292,39 @@ func TestAPIServerAudience(t *testing.T) {
 	}
 	if !apiServerAudience("https://oidc.example.com/cluster-1", "https://oidc.example.com/cluster-1") {
 		t.Error("an external issuer used as audience is the apiserver's default too")
+	}
+}
+
+// TestStoredAPIServerAudienceRefused: an issuer trusted before such
+// audiences were refused (stored with the issuer URL as its audience)
+// still exchanges no token carrying that audience, and the refusal says
+// what to do.
+func TestStoredAPIServerAudienceRefused(t *testing.T) {
+	dir := t.TempDir()
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	const issuer = "https://kubernetes.default.svc.cluster.local"
+	srv, err := New(context.Background(), filepath.Join(dir, StateFile), testPools())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := api.TokenIssuer{Issuer: issuer, Audiences: []string{issuer, "portside-local-registry"}, PublicKeysPEM: pemOf(t, &rsaKey.PublicKey)}
+	if err := srv.store.Update(func(tx *store.Tx) error { return tx.Put(store.TokenIssuers, issuer, old) }); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	c, host, _ := startWithRegistry(t, dir)
+	ctx := context.Background()
+	if _, err := registry.SeedServed(ctx, c, ""); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	spec := tokenSpec{key: rsaKey, alg: jose.RS256, iss: issuer, sub: "system:serviceaccount:team-a:puller",
+		aud: []string{issuer}, exp: now.Add(10 * time.Minute), nbf: now, ns: "team-a", sa: "puller"}
+	image := host + "/" + registry.DefaultSeedImage
+	_, err = c.Credential(ctx, api.CredentialRequest{Image: image, ServiceAccountToken: signToken(t, spec)})
+	wantStatus(t, "a pod's ordinary token", err, 401, "is the apiserver's own, which every pod's token carries: trust issuer")
+	spec.aud = []string{"portside-local-registry"}
+	if _, err := c.Credential(ctx, api.CredentialRequest{Image: image, ServiceAccountToken: signToken(t, spec)}); err != nil {
+		t.Fatalf("the dedicated audience: %v", err)
 	}
 }

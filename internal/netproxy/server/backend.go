@@ -135,13 +135,21 @@ type registry struct {
 	mu        sync.RWMutex
 	list      []*backend
 	bySession map[string]*backend
-	ready     readyCounter
+	// byNode: the backends bound to each node (principal.Node).
+	byNode map[string][]*backend
+	ready  readyCounter
 }
 
 func (r *registry) add(b *backend) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.list = append(r.list, b)
+	if n := b.principal.Node; n != "" {
+		if r.byNode == nil {
+			r.byNode = map[string][]*backend{}
+		}
+		r.byNode[n] = append(r.byNode[n], b)
+	}
 	r.ready.add(&b.id)
 	if b.session != "" {
 		r.bySession[b.session] = b
@@ -162,7 +170,20 @@ func (r *registry) remove(b *backend) int {
 	if b.session != "" {
 		delete(r.bySession, b.session)
 	}
+	if n := b.principal.Node; n != "" {
+		r.byNode[n] = slices.DeleteFunc(r.byNode[n], func(x *backend) bool { return x == b })
+		if len(r.byNode[n]) == 0 {
+			delete(r.byNode, n)
+		}
+	}
 	return len(r.list)
+}
+
+// onNode is the backends bound to node.
+func (r *registry) onNode(node string) []*backend {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.byNode[node])
 }
 
 func (r *registry) snapshot() []*backend {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"slices"
 	"strings"
 	"sync"
 
@@ -61,6 +60,7 @@ func verifiedLeaf(st tls.ConnectionState) *x509.Certificate {
 type nodeCache struct {
 	factory informers.SharedInformerFactory
 	lister  cache.Indexer
+	holders *claimHolders
 	stop    chan struct{}
 	once    sync.Once
 	// Events on the Node an agent is bound to tell the node's operator
@@ -70,41 +70,17 @@ type nodeCache struct {
 	events      typedcorev1.EventInterface
 }
 
-// claimIndex indexes Nodes by what an agent on them may claim
-// (NodeFacts.ClaimKeys), to find Nodes that list the same name or address.
-const claimIndex = "claims"
-
 func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	inf := f.Core().V1().Nodes().Informer()
-	_ = inf.AddIndexers(cache.Indexers{claimIndex: func(obj any) ([]string, error) {
-		if n, ok := obj.(*corev1.Node); ok {
-			return FactsOf(n).ClaimKeys(), nil
-		}
-		return nil, nil
-	}})
-	indexer := inf.GetIndexer()
-	// notify re-decides the agents of n and, when its names or addresses
-	// changed (old, new: nil when none), of every Node that lists one of
-	// them, old or new: their contest began or ended. The index already
-	// holds the new state when handlers run.
-	notify := func(old, n *corev1.Node) {
-		changed(n.Name)
-		var keys []string
-		if k := FactsOf(n).ClaimKeys(); old == nil {
-			keys = k
-		} else if ko := FactsOf(old).ClaimKeys(); !slices.Equal(ko, k) {
-			keys = append(ko, k...)
-		}
-		seen := map[string]bool{n.Name: true}
-		for _, key := range keys {
-			objs, _ := indexer.ByIndex(claimIndex, key)
-			for _, o := range objs {
-				if other := o.(*corev1.Node).Name; !seen[other] {
-					seen[other] = true
-					changed(other)
-				}
-			}
+	holders := newClaimHolders()
+	// set re-decides the agents of Node name, and of the Nodes whose
+	// contest over a name or address its keys (nil: gone) began or ended.
+	set := func(name string, keys []string) {
+		affected := holders.set(name, keys)
+		changed(name)
+		for _, other := range affected {
+			changed(other)
 		}
 	}
 	node := func(obj any) *corev1.Node {
@@ -114,25 +90,22 @@ func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache
 		n, _ := obj.(*corev1.Node)
 		return n
 	}
+	update := func(obj any) {
+		if n := node(obj); n != nil {
+			set(n.Name, FactsOf(n).ClaimKeys())
+		}
+	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n := node(obj); n != nil {
-				notify(nil, n)
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			if o, n := node(old), node(obj); n != nil {
-				notify(o, n)
-			}
-		},
+		AddFunc:    update,
+		UpdateFunc: func(_, obj any) { update(obj) },
 		DeleteFunc: func(obj any) {
 			if n := node(obj); n != nil {
-				notify(nil, n)
+				set(n.Name, nil)
 			}
 		},
 	})
 	b := record.NewBroadcaster()
-	return &nodeCache{factory: f, lister: inf.GetIndexer(), stop: make(chan struct{}), broadcaster: b,
+	return &nodeCache{factory: f, lister: inf.GetIndexer(), holders: holders, stop: make(chan struct{}), broadcaster: b,
 		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource}),
 		events:   cs.CoreV1().Events("")}
 }
@@ -155,8 +128,7 @@ func (c *nodeCache) get(name string) *NodeFacts {
 	}
 	f := FactsOf(obj.(*corev1.Node))
 	for _, key := range f.ClaimKeys() {
-		names, _ := c.lister.IndexKeys(claimIndex, key)
-		if slices.ContainsFunc(names, func(n string) bool { return n != name }) {
+		if c.holders.contested(name, key) {
 			if f.Contested == nil {
 				f.Contested = map[string]bool{}
 			}
@@ -209,12 +181,11 @@ func (s *Server) reportDenials(logger logr.Logger, agentID string, p Principal, 
 
 const denialHint = "host/ipv4/ipv6 must be the agent's own Node's name and addresses; cidr, default-route and other addresses need --allow-route-claims"
 
-// nodeChanged re-decides the identity of the agents bound to node.
+// nodeChanged re-decides the identity of the agents bound to node:
+// those of that node only (a Node's status heartbeat every 10 s per node
+// must not scan every agent).
 func (s *Server) nodeChanged(node string) {
-	for _, b := range s.backends.snapshot() {
-		if b.principal.Node != node {
-			continue
-		}
+	for _, b := range s.backends.onNode(node) {
 		s.redecide(b)
 	}
 }

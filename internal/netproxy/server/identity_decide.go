@@ -79,7 +79,17 @@ func (f *NodeFacts) ClaimKeys() []string {
 	return slices.Compact(slices.Sorted(slices.Values(keys)))
 }
 
-func hostKey(h string) string      { return "host/" + h }
+// hostKey is a host name's key; a "name" that is an IP address is keyed as
+// the address: routing matches host, ipv4 and ipv6 claims as one list of
+// strings, so a Hostname address 10.0.0.1 on one Node and InternalIP
+// 10.0.0.1 on another are the same claim, and contested.
+func hostKey(h string) string {
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return addrKey(ip)
+	}
+	return "host/" + h
+}
+
 func addrKey(ip netip.Addr) string { return "addr/" + ip.Unmap().String() }
 
 // FactsOf reads a Node's claimable names and addresses.

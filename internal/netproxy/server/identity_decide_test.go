@@ -203,8 +203,11 @@ func contested(f *NodeFacts, keys ...string) *NodeFacts {
 func TestClaimKeys(t *testing.T) {
 	f := FactsOf(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeExternalIP, Address: "::ffff:10.0.0.1"},
-		{Type: corev1.NodeHostName, Address: "n1"}, {Type: corev1.NodeInternalDNS, Address: "n1.dns"}}}})
-	want := []string{"addr/10.0.0.1", "host/n1", "host/n1.dns"}
+		{Type: corev1.NodeHostName, Address: "n1"}, {Type: corev1.NodeInternalDNS, Address: "n1.dns"},
+		// A "name" that is an address is the address: routing matches
+		// host and ip claims as one list of strings.
+		{Type: corev1.NodeExternalDNS, Address: "10.0.0.7"}}}})
+	want := []string{"addr/10.0.0.1", "addr/10.0.0.7", "host/n1", "host/n1.dns"}
 	if got := f.ClaimKeys(); !slices.Equal(got, want) {
 		t.Errorf("ClaimKeys = %v, want %v (sorted, each once, IPv4-mapped as IPv4)", got, want)
 	}

@@ -44,7 +44,10 @@ func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cl
 			return lerr // e.g. throttled: its retry-after delay counts, not the conflict
 		}
 		for _, e := range existing {
-			if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() && !e.Blackhole && e.ClusterUID == r.ClusterUID {
+			// A route made before routes carried the cluster UID (or by a
+			// controller that did not know it) is the same route.
+			sameCluster := e.ClusterUID == "" || r.ClusterUID == "" || e.ClusterUID == r.ClusterUID
+			if e.Name == name && e.TargetNode == r.TargetNode && e.DestinationCIDR == r.DestinationCIDR.Masked() && !e.Blackhole && sameCluster {
 				return nil
 			}
 		}

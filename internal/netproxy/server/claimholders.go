@@ -1,0 +1,82 @@
+package server
+
+import (
+	"slices"
+	"sync"
+)
+
+// claimHolders tracks which Nodes list each claimable name or address
+// (NodeFacts.ClaimKeys), to tell a contested one (listed by two or more)
+// in O(1). A key's contest changes only when its holders go from one to
+// two or from two to one, so only then is another Node's agent
+// re-decided: a key shared by N Nodes (a NAT'd ExternalIP) costs each
+// Node event O(its keys), not O(N), and a cold start O(N), not O(N²).
+type claimHolders struct {
+	mu      sync.Mutex
+	holders map[string]map[string]struct{} // key → node names
+	keys    map[string][]string            // node → its keys
+}
+
+func newClaimHolders() *claimHolders {
+	return &claimHolders{holders: map[string]map[string]struct{}{}, keys: map[string][]string{}}
+}
+
+// set records node's keys (nil: the Node is gone) and returns the other
+// Nodes whose contest changed: the one now sharing a key with node (it
+// was alone), or the one left alone with a key node dropped.
+func (h *claimHolders) set(node string, keys []string) (affected []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.keys[node]
+	add := func(name string) {
+		if name != node && !slices.Contains(affected, name) {
+			affected = append(affected, name)
+		}
+	}
+	for _, k := range old {
+		if slices.Contains(keys, k) {
+			continue
+		}
+		set := h.holders[k]
+		delete(set, node)
+		switch len(set) {
+		case 0:
+			delete(h.holders, k)
+		case 1:
+			for other := range set {
+				add(other) // no longer contested
+			}
+		}
+	}
+	for _, k := range keys {
+		if slices.Contains(old, k) {
+			continue
+		}
+		set := h.holders[k]
+		if set == nil {
+			set = map[string]struct{}{}
+			h.holders[k] = set
+		}
+		set[node] = struct{}{}
+		if len(set) == 2 {
+			for other := range set {
+				add(other) // contested from now on
+			}
+		}
+	}
+	if keys == nil {
+		delete(h.keys, node)
+	} else {
+		h.keys[node] = keys
+	}
+	return affected
+}
+
+// contested reports whether a Node other than node lists key.
+func (h *claimHolders) contested(node, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.holders[key]
+	_, mine := set[node]
+	return len(set) > 1 || (len(set) == 1 && !mine)
+}
