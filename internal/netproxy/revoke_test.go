@@ -77,6 +77,19 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 	}
 	refused := func() bool { return refusedVia(ctx, uds, echo) }
 	netproxytest.Eventually(t, 10*time.Second, refused, "node-a's address served by nobody while node-b lists it too")
+	// node-a's operator is told which Node lists its address too.
+	netproxytest.Eventually(t, 10*time.Second, func() bool {
+		evs, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "node-a" && strings.Contains(e.Message, "ipv4="+host+" (contested: also listed by Node node-b)") {
+				return true
+			}
+		}
+		return false
+	}, "an event on node-a naming node-b")
 	if _, err := cs.CoreV1().Nodes().Update(ctx, nodeWith("node-b", "127.0.0.99"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

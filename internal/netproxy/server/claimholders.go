@@ -73,10 +73,25 @@ func (h *claimHolders) set(node string, keys []string) (affected []string) {
 }
 
 // contested reports whether a Node other than node lists key.
-func (h *claimHolders) contested(node, key string) bool {
+func (h *claimHolders) contested(node, key string) bool { return len(h.others(node, key)) > 0 }
+
+// others are the Nodes other than node that list key, sorted (at most a
+// few named: enough to find the culprit).
+func (h *claimHolders) others(node, key string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.holders[key]
-	_, mine := set[node]
-	return len(set) > 1 || (len(set) == 1 && !mine)
+	var out []string
+	for name := range h.holders[key] {
+		if name != node {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > maxListedBy {
+		out = out[:maxListedBy]
+	}
+	return out
 }
+
+// maxListedBy bounds the Nodes a denial names.
+const maxListedBy = 5

@@ -54,3 +54,16 @@ func TestClaimHolders(t *testing.T) {
 		t.Error("a key only another Node lists is not contested")
 	}
 }
+
+func TestClaimHoldersOthers(t *testing.T) {
+	h := newClaimHolders()
+	for _, n := range []string{"n7", "n3", "n1", "n9", "n2", "n5", "n4"} {
+		h.set(n, []string{"addr/10.0.0.1"})
+	}
+	if got, want := h.others("n3", "addr/10.0.0.1"), []string{"n1", "n2", "n4", "n5", "n7"}; !slices.Equal(got, want) {
+		t.Errorf("others = %v, want %v (sorted, without n3, at most %d)", got, want, maxListedBy)
+	}
+	if got := h.others("n1", "addr/10.9.9.9"); got != nil {
+		t.Errorf("others of an unlisted key = %v", got)
+	}
+}

@@ -128,11 +128,11 @@ func (c *nodeCache) get(name string) *NodeFacts {
 	}
 	f := FactsOf(obj.(*corev1.Node))
 	for _, key := range f.ClaimKeys() {
-		if c.holders.contested(name, key) {
+		if others := c.holders.others(name, key); len(others) > 0 {
 			if f.Contested == nil {
-				f.Contested = map[string]bool{}
+				f.Contested = map[string][]string{}
 			}
-			f.Contested[key] = true
+			f.Contested[key] = others
 		}
 	}
 	return f
@@ -168,6 +168,9 @@ func (s *Server) reportDenials(logger logr.Logger, agentID string, p Principal, 
 		parts := make([]string, len(denied))
 		for i, d := range denied {
 			parts[i] = d.Kind + "=" + d.Value + " (" + d.Reason + ")"
+			if len(d.ListedBy) > 0 {
+				parts[i] = d.Kind + "=" + d.Value + " (" + d.Reason + ": also listed by Node " + strings.Join(d.ListedBy, ", ") + ")"
+			}
 		}
 		// The Node is named, not fetched: the event is for its operator
 		// even when the Node does not exist (yet). The UID is the name, as

@@ -62,8 +62,9 @@ type NodeFacts struct {
 	// agents would send the other node's kubelet traffic (exec, logs)
 	// through the compromised one. Nobody may claim it by its Node while
 	// two Nodes list it (NAT'd nodes sharing an ExternalIP lose it too:
-	// no single node could be reached by it anyway).
-	Contested map[string]bool
+	// no single node could be reached by it anyway). The value names the
+	// other Nodes, for the operator to find the culprit.
+	Contested map[string][]string
 }
 
 // ClaimKeys are the keys of a node's claimable names and addresses, for
@@ -113,6 +114,8 @@ type Denial struct {
 	Kind   string `json:"kind"` // host, ipv4, ipv6, cidr, default-route
 	Value  string `json:"value"`
 	Reason string `json:"reason"` // a metric label value
+	// ListedBy are the other Nodes that list a contested identifier.
+	ListedBy []string `json:"listedBy,omitempty"`
 }
 
 // Denial reasons (label values of the denied-identifiers metric).
@@ -165,8 +168,8 @@ func DecideIdentifiers(p Principal, claims header.Identifiers, node *NodeFacts, 
 		switch {
 		case node == nil:
 			deny("host", h, nodeless)
-		case slices.Contains(node.Hosts, h) && node.Contested[hostKey(h)]:
-			deny("host", h, DenyContested)
+		case slices.Contains(node.Hosts, h) && node.Contested[hostKey(h)] != nil:
+			denied = append(denied, Denial{Kind: "host", Value: h, Reason: DenyContested, ListedBy: node.Contested[hostKey(h)]})
 		case slices.Contains(node.Hosts, h):
 			kept.Host = append(kept.Host, h)
 		default:
@@ -181,10 +184,10 @@ func DecideIdentifiers(p Principal, claims header.Identifiers, node *NodeFacts, 
 		}
 		own := node != nil && slices.Contains(node.IPs, ip)
 		switch {
-		case own && !node.Contested[addrKey(ip)], routesAllowed:
+		case own && node.Contested[addrKey(ip)] == nil, routesAllowed:
 			return true
 		case own:
-			deny(kind, v, DenyContested)
+			denied = append(denied, Denial{Kind: kind, Value: v, Reason: DenyContested, ListedBy: node.Contested[addrKey(ip)]})
 		case node != nil:
 			deny(kind, v, DenyNotOwnAddr)
 		case p.User != "" && p.Node == "":

@@ -42,34 +42,34 @@ func TestDecideIdentifiers(t *testing.T) {
 		{"own name and addresses", tokenA, "host=node-a&host=a.internal&host=a.dns&ipv4=10.0.0.1&ipv6=fd00::1", nodeA, false,
 			"host=node-a&host=a.internal&host=a.dns&ipv4=10.0.0.1&ipv6=fd00::1", nil},
 		{"ipv6 in another spelling is the same address", tokenA, "ipv6=FD00:0::1", nodeA, false, "ipv6=FD00:0::1", nil},
-		{"another node's name", tokenA, "host=node-b", nodeA, false, "", []Denial{{"host", "node-b", DenyNotOwnHost}}},
+		{"another node's name", tokenA, "host=node-b", nodeA, false, "", []Denial{{"host", "node-b", DenyNotOwnHost, nil}}},
 		{"own, but another Node lists them too", tokenA, "host=node-a&host=a.internal&ipv4=10.0.0.1&ipv6=fd00::1", contested(nodeA, hostKey("a.internal"), addrKey(netip.MustParseAddr("10.0.0.1"))), false,
-			"host=node-a&ipv6=fd00::1", []Denial{{"host", "a.internal", DenyContested}, {"ipv4", "10.0.0.1", DenyContested}}},
+			"host=node-a&ipv6=fd00::1", []Denial{{"host", "a.internal", DenyContested, []string{"node-b"}}, {"ipv4", "10.0.0.1", DenyContested, []string{"node-b"}}}},
 		{"contested, but route claims allowed (the operator trusts it)", tokenA, "ipv4=10.0.0.1", contested(nodeA, addrKey(netip.MustParseAddr("10.0.0.1"))), true,
 			"ipv4=10.0.0.1", nil},
-		{"host compared exactly, as upstream's destHost", tokenA, "host=Node-A", nodeA, false, "", []Denial{{"host", "Node-A", DenyNotOwnHost}}},
+		{"host compared exactly, as upstream's destHost", tokenA, "host=Node-A", nodeA, false, "", []Denial{{"host", "Node-A", DenyNotOwnHost, nil}}},
 		{"another node's address", tokenA, "ipv4=10.0.0.2&ipv6=fd00::2", nodeA, false, "",
-			[]Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr}, {"ipv6", "fd00::2", DenyNotOwnAddr}}},
+			[]Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr, nil}, {"ipv6", "fd00::2", DenyNotOwnAddr, nil}}},
 		{"address of the wrong family", tokenA, "ipv4=fd00::1&ipv6=10.0.0.1&ipv4=nonsense", nodeA, false, "",
-			[]Denial{{"ipv4", "fd00::1", DenyMalformed}, {"ipv4", "nonsense", DenyMalformed}, {"ipv6", "10.0.0.1", DenyMalformed}}},
-		{"cidr denied", tokenA, "ipv4=10.0.0.1&cidr=0.0.0.0/0", nodeA, false, "ipv4=10.0.0.1", []Denial{{"cidr", "0.0.0.0/0", DenyRouteClaim}}},
-		{"default-route denied", tokenA, "default-route=true", nodeA, false, "", []Denial{{"default-route", "true", DenyRouteClaim}}},
+			[]Denial{{"ipv4", "fd00::1", DenyMalformed, nil}, {"ipv4", "nonsense", DenyMalformed, nil}, {"ipv6", "10.0.0.1", DenyMalformed, nil}}},
+		{"cidr denied", tokenA, "ipv4=10.0.0.1&cidr=0.0.0.0/0", nodeA, false, "ipv4=10.0.0.1", []Denial{{"cidr", "0.0.0.0/0", DenyRouteClaim, nil}}},
+		{"default-route denied", tokenA, "default-route=true", nodeA, false, "", []Denial{{"default-route", "true", DenyRouteClaim, nil}}},
 		{"route claims allowed", tokenA, "cidr=10.0.0.0/8&default-route=true&ipv4=10.0.0.9", nodeA, true, "cidr=10.0.0.0/8&default-route=true&ipv4=10.0.0.9", nil},
-		{"route claims allowed still check host names", tokenA, "host=node-b", nodeA, true, "", []Denial{{"host", "node-b", DenyNotOwnHost}}},
+		{"route claims allowed still check host names", tokenA, "host=node-b", nodeA, true, "", []Denial{{"host", "node-b", DenyNotOwnHost, nil}}},
 		{"node not found", tokenA, "host=node-a&ipv4=10.0.0.1", nil, false, "",
-			[]Denial{{"host", "node-a", DenyNodeNotFound}, {"ipv4", "10.0.0.1", DenyNodeNotFound}}},
+			[]Denial{{"host", "node-a", DenyNodeNotFound, nil}, {"ipv4", "10.0.0.1", DenyNodeNotFound, nil}}},
 		{"token without node-name extra", tokenNoNode, "host=node-a&ipv4=10.0.0.1&cidr=10.0.0.0/8", nil, false, "",
-			[]Denial{{"host", "node-a", DenyNoIdentity}, {"ipv4", "10.0.0.1", DenyRouteClaim}, {"cidr", "10.0.0.0/8", DenyRouteClaim}}},
+			[]Denial{{"host", "node-a", DenyNoIdentity, nil}, {"ipv4", "10.0.0.1", DenyRouteClaim, nil}, {"cidr", "10.0.0.0/8", DenyRouteClaim, nil}}},
 		{"gateway allowed routes: addresses of any node", gateway, "ipv4=10.0.0.1&ipv4=10.0.0.2&cidr=10.1.0.0/16", nil, true, "ipv4=10.0.0.1&ipv4=10.0.0.2&cidr=10.1.0.0/16", nil},
-		{"gateway: no host names", gateway, "host=node-a", nil, true, "", []Denial{{"host", "node-a", DenyNoIdentity}}},
+		{"gateway: no host names", gateway, "host=node-a", nil, true, "", []Denial{{"host", "node-a", DenyNoIdentity, nil}}},
 		{"no identity gets nothing, even if told routes are allowed", Principal{}, "host=node-a&ipv4=10.0.0.1&cidr=0.0.0.0/0&default-route=true", nil, true, "",
-			[]Denial{{"host", "node-a", DenyNoIdentity}, {"ipv4", "10.0.0.1", DenyNoIdentity}, {"cidr", "0.0.0.0/0", DenyNoIdentity}, {"default-route", "true", DenyNoIdentity}}},
+			[]Denial{{"host", "node-a", DenyNoIdentity, nil}, {"ipv4", "10.0.0.1", DenyNoIdentity, nil}, {"cidr", "0.0.0.0/0", DenyNoIdentity, nil}, {"default-route", "true", DenyNoIdentity, nil}}},
 		{"nothing claimed", tokenA, "", nodeA, false, "", nil},
 		{"node certificate: its own name and address", certA, "host=node-a&ipv4=10.0.0.1", nodeA, false, "host=node-a&ipv4=10.0.0.1", nil},
 		{"node certificate: another node's name and address", certA, "host=node-b&ipv4=10.0.0.2", nodeA, false, "",
-			[]Denial{{"host", "node-b", DenyNotOwnHost}, {"ipv4", "10.0.0.2", DenyNotOwnAddr}}},
+			[]Denial{{"host", "node-b", DenyNotOwnHost, nil}, {"ipv4", "10.0.0.2", DenyNotOwnAddr, nil}}},
 		{"node certificate: routes", certA, "cidr=10.0.0.0/8&default-route=true", nodeA, false, "",
-			[]Denial{{"cidr", "10.0.0.0/8", DenyRouteClaim}, {"default-route", "true", DenyRouteClaim}}},
+			[]Denial{{"cidr", "10.0.0.0/8", DenyRouteClaim, nil}, {"default-route", "true", DenyRouteClaim, nil}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kept, denied := DecideIdentifiers(tc.p, ids(tc.claims), tc.node, tc.routes)
@@ -138,9 +138,9 @@ func TestEventWorthy(t *testing.T) {
 		want   bool
 	}{
 		{"nothing denied", nil, false},
-		{"the Node does not exist yet (a booting machine)", []Denial{{"host", "node-a", DenyNodeNotFound}, {"ipv4", "10.0.0.1", DenyNodeNotFound}}, false},
-		{"another node's address", []Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr}}, true},
-		{"a route claim beside a missing Node", []Denial{{"host", "node-a", DenyNodeNotFound}, {"cidr", "0.0.0.0/0", DenyRouteClaim}}, true},
+		{"the Node does not exist yet (a booting machine)", []Denial{{"host", "node-a", DenyNodeNotFound, nil}, {"ipv4", "10.0.0.1", DenyNodeNotFound, nil}}, false},
+		{"another node's address", []Denial{{"ipv4", "10.0.0.2", DenyNotOwnAddr, nil}}, true},
+		{"a route claim beside a missing Node", []Denial{{"host", "node-a", DenyNodeNotFound, nil}, {"cidr", "0.0.0.0/0", DenyRouteClaim, nil}}, true},
 	} {
 		if got := eventWorthy(tc.denied); got != tc.want {
 			t.Errorf("%s: eventWorthy(%v) = %v, want %v", tc.name, tc.denied, got, tc.want)
@@ -190,12 +190,12 @@ func TestVerifiedLeaf(t *testing.T) {
 	}
 }
 
-// contested is f with keys marked contested (another Node lists them).
+// contested is f with keys marked contested: node-b lists them too.
 func contested(f *NodeFacts, keys ...string) *NodeFacts {
 	c := *f
-	c.Contested = map[string]bool{}
+	c.Contested = map[string][]string{}
 	for _, k := range keys {
-		c.Contested[k] = true
+		c.Contested[k] = []string{"node-b"}
 	}
 	return &c
 }
