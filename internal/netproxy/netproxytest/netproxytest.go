@@ -11,9 +11,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -207,6 +210,28 @@ func (p *PKI) issue(t testing.TB, cn string, server bool) tls.Certificate {
 func (p *PKI) ServerTLS(t testing.TB) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{p.issue(t, "proxy-server", true)},
 		ClientCAs: p.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+}
+
+// ServerFiles writes, in dir, this CA's certificate and a serving
+// certificate and key for 127.0.0.1 as PEM files, as the proxy's flags
+// (--server-cert, --server-key, --server-ca-cert) take them.
+func (p *PKI) ServerFiles(t testing.TB, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	cert := p.issue(t, "proxy-server", true)
+	keyDER, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+	}{{caFile, "CERTIFICATE", p.ca.Raw}, {certFile, "CERTIFICATE", cert.Certificate[0]}, {keyFile, "EC PRIVATE KEY", keyDER}} {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
 }
 
 // ClientTLS trusts this CA and presents a client certificate for cn
