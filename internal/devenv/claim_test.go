@@ -67,13 +67,13 @@ func TestLoadNetworkClaimsItsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { ca.release() }()
+	defer func() { releaseAll(ca) }()
 	slotA, _ := slotOf(a.VIPPool.Addr())
 	b, cb, err := loadNetworkFrom(pb, "/data/b", slotA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb.release()
+	releaseAll(cb)
 	if b.VIPPool == a.VIPPool || b.NodePool == a.NodePool {
 		t.Fatalf("b, searching from a's slot, got it: %+v and %+v", b, a)
 	}
@@ -85,21 +85,21 @@ func TestLoadNetworkClaimsItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, c, err := loadNetwork(pb, "/data/b"); err == nil || !strings.Contains(err.Error(), "/data/a") {
-		c.release()
+		releaseAll(c)
 		t.Fatalf("b on a's kept slot: %v; want an error naming /data/a", err)
 	}
 	// The same data directory twice (two ups that passed the pid file's
 	// check at once): "already running", not advice to purge.
 	if _, c, err := loadNetwork(pb, "/data/a"); err == nil || !strings.Contains(err.Error(), "already running") || strings.Contains(err.Error(), "--purge") {
-		c.release()
+		releaseAll(c)
 		t.Fatalf("a's own slot again: %v; want already running", err)
 	}
-	ca.release()
+	releaseAll(ca)
 	b, cb, err = loadNetwork(pb, "/data/b")
 	if err != nil || b != a {
 		t.Fatalf("b on the slot once a released it: %+v, %v", b, err)
 	}
-	cb.release()
+	releaseAll(cb)
 }
 
 // TestRealNetworkClaims: a new real network plan claims its VPC, uplink,

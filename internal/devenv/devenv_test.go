@@ -26,7 +26,7 @@ func TestLoadNetworkIsKeptAndInRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.release()
+	releaseAll(c)
 	if !netip.MustParsePrefix("127.250.0.0/15").Contains(n.VIPPool.Addr()) || n.VIPPool.Bits() != 23 {
 		t.Errorf("VIP pool %s", n.VIPPool)
 	}
@@ -34,7 +34,7 @@ func TestLoadNetworkIsKeptAndInRange(t *testing.T) {
 		t.Errorf("node pool %s", n.NodePool)
 	}
 	again, c, err := loadNetwork(path, "test")
-	c.release()
+	releaseAll(c)
 	if err != nil || again != n {
 		t.Errorf("second load = %+v, %v; want %+v", again, err, n)
 	}

@@ -32,28 +32,24 @@ type network struct {
 // 127.250.0.0/15, node addresses in a /22 of 127.252.0.0/14. The slot is
 // claimed (tryClaim) for as long as the environment runs: owner is its
 // data directory.
-func loadNetwork(path, owner string) (network, *claim, error) {
+func loadNetwork(path, owner string) (network, []*claim, error) {
 	return loadNetworkFrom(path, owner, uint32(rand.IntN(slotCount)))
 }
 
 // loadNetworkFrom is loadNetwork with a new slot searched for from start:
 // a random start spreads environments.
-func loadNetworkFrom(path, owner string, start uint32) (network, *claim, error) {
+func loadNetworkFrom(path, owner string, start uint32) (network, []*claim, error) {
 	var n network
 	data, err := os.ReadFile(path)
 	if err == nil {
 		if err := json.Unmarshal(data, &n); err != nil || !n.VIPPool.IsValid() || !n.NodePool.IsValid() {
 			return n, nil, fmt.Errorf("%s is damaged (%v): remove it with the data directory (`portside down --purge`)", path, err)
 		}
-		slot, ok := slotOf(n.VIPPool.Addr())
-		if !ok {
-			return n, nil, fmt.Errorf("%s names VIP pool %s, outside %s: remove it with the data directory (`portside down --purge`)", path, n.VIPPool, vipSlots)
+		claims, held, err := claimAll(owner, rangeClaim(n.VIPPool), rangeClaim(n.NodePool))
+		if held != "" {
+			err = heldError(fmt.Sprintf("loopback ranges %s (VIPs), %s (node addresses)", n.VIPPool, n.NodePool), held, owner)
 		}
-		c, held, err := tryClaim(loopbackClaim(slot), owner)
-		if held {
-			err = heldError(fmt.Sprintf("loopback slot %d (VIPs %s, node addresses %s)", slot, n.VIPPool, n.NodePool), loopbackClaim(slot), owner)
-		}
-		return n, c, err
+		return n, claims, err
 	}
 	if !os.IsNotExist(err) {
 		return n, nil, err
@@ -64,28 +60,25 @@ func loadNetworkFrom(path, owner string, start uint32) (network, *claim, error) 
 		if used[slot] {
 			break // every slot is used
 		}
-		c, held, err := tryClaim(loopbackClaim(slot), owner)
+		n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
+		n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
+		claims, held, err := claimAll(owner, rangeClaim(n.VIPPool), rangeClaim(n.NodePool))
 		if err != nil {
 			return n, nil, err
 		}
-		if held {
+		if held != "" {
 			used[slot] = true // chosen this instant by another environment
 			continue
 		}
-		n.VIPPool = netip.PrefixFrom(addrAt(127<<24|250<<16, slot*512), 23)
-		n.NodePool = netip.PrefixFrom(addrAt(127<<24|252<<16, slot*1024), 22)
 		data, _ = json.Marshal(n)
 		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-			c.release()
+			releaseAll(claims)
 			return n, nil, err
 		}
-		return n, c, nil
+		return n, claims, nil
 	}
 	return n, nil, fmt.Errorf("all %d loopback slots (%s, %s) are in use by running environments: stop one", slotCount, vipSlots, nodeSlots)
 }
-
-// loopbackClaim names slot's claim.
-func loopbackClaim(slot uint32) string { return fmt.Sprintf("loopback-slot/%d", slot) }
 
 func addrAt(base, offset uint32) netip.Addr {
 	v := base + offset
@@ -95,11 +88,13 @@ func addrAt(base, offset uint32) netip.Addr {
 // startCloud runs `portside cloud serve` as a child with its state in
 // <data-dir>/cloud, so machines and load balancers persist across runs.
 func startCloud(ctx context.Context, s *stack, env *environment) error {
-	net, slotClaim, err := loadNetwork(env.network(), env.dir)
+	net, claims, err := loadNetwork(env.network(), env.dir)
 	if err != nil {
 		return err
 	}
-	s.hold(slotClaim)
+	for _, c := range claims {
+		s.hold(c)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err

@@ -172,7 +172,7 @@ func claimRealNetwork(l layout, n realNetwork) ([]*claim, error) {
 	return claims, nil
 }
 
-// rangeClaim names the claim of a range of a real network.
+// rangeClaim names the claim of an address range (loopback or real).
 func rangeClaim(p netip.Prefix) string { return "range/" + p.Masked().String() }
 
 // realNetworkSlots is how many environments' plans there are.
