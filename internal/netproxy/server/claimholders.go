@@ -23,11 +23,16 @@ func newClaimHolders() *claimHolders {
 
 // set records node's keys (nil: the Node is gone) and returns the other
 // Nodes whose contest changed: the one now sharing a key with node (it
-// was alone), or the one left alone with a key node dropped.
-func (h *claimHolders) set(node string, keys []string) (affected []string) {
+// was alone), or the one left alone with a key node dropped. same is
+// true when node's keys are those already recorded (a status heartbeat):
+// nothing about it changed.
+func (h *claimHolders) set(node string, keys []string) (affected []string, same bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	old := h.keys[node]
+	old, known := h.keys[node]
+	if known && keys != nil && slices.Equal(old, keys) {
+		return nil, true
+	}
 	add := func(name string) {
 		if name != node && !slices.Contains(affected, name) {
 			affected = append(affected, name)
@@ -69,7 +74,7 @@ func (h *claimHolders) set(node string, keys []string) (affected []string) {
 	} else {
 		h.keys[node] = keys
 	}
-	return affected
+	return affected, false
 }
 
 // contested reports whether a Node other than node lists key.

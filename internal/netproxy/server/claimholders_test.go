@@ -29,7 +29,10 @@ func TestClaimHolders(t *testing.T) {
 		{"a gone: nobody else changes; c alone with its key", "a", nil, nil, map[string]bool{"c addr/10.0.0.3": false}},
 	}
 	for _, st := range steps {
-		got := h.set(st.node, st.keys)
+		got, same := h.set(st.node, st.keys)
+		if wantSame := st.name == "unchanged keys: nothing"; same != wantSame {
+			t.Errorf("%s: same = %v, want %v", st.name, same, wantSame)
+		}
 		slices.Sort(got)
 		if !slices.Equal(got, st.affected) {
 			t.Errorf("%s: affected %v, want %v", st.name, got, st.affected)
@@ -49,7 +52,7 @@ func TestClaimHolders(t *testing.T) {
 	}
 	// A key only another Node lists is contested for this one (it lists
 	// it in a Node object the tracker has not seen yet).
-	h.set("x", []string{"addr/10.9.9.9"})
+	_, _ = h.set("x", []string{"addr/10.9.9.9"})
 	if !h.contested("y", "addr/10.9.9.9") {
 		t.Error("a key only another Node lists is not contested")
 	}
@@ -58,7 +61,7 @@ func TestClaimHolders(t *testing.T) {
 func TestClaimHoldersOthers(t *testing.T) {
 	h := newClaimHolders()
 	for _, n := range []string{"n7", "n3", "n1", "n9", "n2", "n5", "n4"} {
-		h.set(n, []string{"addr/10.0.0.1"})
+		_, _ = h.set(n, []string{"addr/10.0.0.1"})
 	}
 	if got, want := h.others("n3", "addr/10.0.0.1"), []string{"n1", "n2", "n4", "n5", "n7"}; !slices.Equal(got, want) {
 		t.Errorf("others = %v, want %v (sorted, without n3, at most %d)", got, want, maxListedBy)

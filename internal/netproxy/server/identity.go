@@ -74,10 +74,15 @@ func newNodeCache(cs kubernetes.Interface, changed func(name string)) *nodeCache
 	f := informers.NewSharedInformerFactory(cs, 0)
 	inf := f.Core().V1().Nodes().Informer()
 	holders := newClaimHolders()
-	// set re-decides the agents of Node name, and of the Nodes whose
-	// contest over a name or address its keys (nil: gone) began or ended.
+	// set re-decides the agents of Node name, unless its names and
+	// addresses are unchanged (a status heartbeat every 10 s per node),
+	// and of the Nodes whose contest over a name or address its keys
+	// (nil: gone) began or ended.
 	set := func(name string, keys []string) {
-		affected := holders.set(name, keys)
+		affected, same := holders.set(name, keys)
+		if same {
+			return
+		}
 		changed(name)
 		for _, other := range affected {
 			changed(other)
