@@ -104,6 +104,106 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 	netproxytest.Eventually(t, 10*time.Second, refused, "node-a's address served by nobody while node-b lists it as its Hostname")
 }
 
+// TestOpenConnectionsRevoked: a connection routed by an address holds
+// only while the agent does. When node-a's Node stops listing the address,
+// or another Node lists it too, connections already open through node-a's
+// agent to it are closed, not only new dials refused; a change that
+// keeps the address (another address added) leaves them open. On each
+// link an agent may speak: portside-link/2, gRPC with per-connection
+// streams, and upstream's multiplexed protocol.
+func TestOpenConnectionsRevoked(t *testing.T) {
+	for _, proto := range []struct {
+		name string
+		opts agent.Options
+	}{
+		{"portside-link", agent.Options{}},
+		{"streams-v1", agent.Options{DisableLink: true}},
+		{"upstream-protocol", agent.Options{DisableLink: true, DisableStreams: true}},
+	} {
+		t.Run(proto.name, func(t *testing.T) {
+			ctx := context.Background()
+			echo := netproxytest.Listen(t, netproxytest.Echo)
+			host, _, _ := net.SplitHostPort(echo)
+			cs := fake.NewSimpleClientset(nodeWith("node-a", host), nodeWith("node-b", "127.0.0.99"))
+			s, uds := startNodeBoundServer(t, cs)
+			startNodeAgentWith(t, s, "node-a", "ipv4="+host+"&ipv4=127.0.0.98", proto.opts)
+			netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
+			netproxytest.Eventually(t, 10*time.Second, func() bool { return reachesVia(ctx, uds, echo) }, "node-a's address served")
+
+			open := func() net.Conn {
+				t.Helper()
+				// The tunnel lives as long as its context: ended at cleanup.
+				dctx, cancel := context.WithCancel(ctx)
+				t.Cleanup(cancel)
+				c, err := dialUDS(dctx, uds, echo)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				if err := roundTrip(c, 64); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			update := func(n *corev1.Node) {
+				t.Helper()
+				if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// A second address added, the first kept: the grant stands.
+			kept := open()
+			update(nodeWith("node-a", host, "127.0.0.98"))
+			// Seen once a dial of the new address reaches the agent (it
+			// answers connection refused: nothing listens there).
+			netproxytest.Eventually(t, 10*time.Second, func() bool { return !refusedVia(ctx, uds, "127.0.0.98:9") }, "node-a's added address routed")
+			if err := roundTrip(kept, 64); err != nil {
+				t.Fatalf("a connection whose address node-a still lists was cut: %v", err)
+			}
+
+			// The address dropped from node-a's Node: kept is closed.
+			update(nodeWith("node-a", "127.0.0.98"))
+			waitClosed(t, kept, "node-a no longer lists the address")
+			update(nodeWith("node-a", host, "127.0.0.98"))
+			netproxytest.Eventually(t, 10*time.Second, func() bool { return reachesVia(ctx, uds, echo) }, "served again once listed again")
+
+			// Contested: node-b lists node-a's address too.
+			contested := open()
+			update(nodeWith("node-b", "127.0.0.99", host))
+			waitClosed(t, contested, "node-b lists node-a's address too")
+			if !refusedVia(ctx, uds, echo) {
+				t.Error("a new dial of the contested address was not refused")
+			}
+		})
+	}
+}
+
+// waitClosed fails t unless c's far end closes it within 10 s (a read
+// returns an error or EOF), sending nothing more. The konnectivity
+// client's connections ignore read deadlines, so the read runs apart.
+func waitClosed(t *testing.T, c net.Conn, why string) {
+	t.Helper()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := c.Read(make([]byte, 64))
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil || r.n > 0 {
+			t.Fatalf("open connection not closed after %s: read %d bytes, err %v", why, r.n, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		c.Close() // ends the read
+		t.Fatalf("open connection still open 10 s after %s", why)
+	}
+}
+
 // startNodeBoundServer runs a proxy server (destHost) whose agents
 // authenticate with pod-bound tokens "token-of-<node>", reviewed by cs as
 // bound to <node>, and whose Nodes are cs's.
@@ -129,12 +229,18 @@ func startNodeBoundServer(t *testing.T, cs *fake.Clientset) (*server.Server, str
 // stopped when the test ends.
 func startNodeAgent(t *testing.T, s *server.Server, node, claims string) {
 	t.Helper()
+	startNodeAgentWith(t, s, node, claims, agent.Options{})
+}
+
+// startNodeAgentWith is startNodeAgent with opts' protocol choices.
+func startNodeAgentWith(t *testing.T, s *server.Server, node, claims string, opts agent.Options) {
+	t.Helper()
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("token-of-"+node), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stop := netproxytest.StartAgent(t, agent.Options{AgentID: "agent-" + node, AgentIdentifiers: claims,
-		ServiceAccountTokenPath: token, ServerAddress: s.AgentAddr().String()})
+	opts.AgentID, opts.AgentIdentifiers, opts.ServiceAccountTokenPath, opts.ServerAddress = "agent-"+node, claims, token, s.AgentAddr().String()
+	_, stop := netproxytest.StartAgent(t, opts)
 	t.Cleanup(stop)
 }
 

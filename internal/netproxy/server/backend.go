@@ -38,6 +38,10 @@ type backend struct {
 	closed  bool
 	pending map[int64]*conn // by DialRequest.random
 	conns   map[int64]*conn // established, by connectID; multiplexed (upstream) agents only
+	// live is every connection on this agent from its dial until it is
+	// finished or failed, whatever the protocol: what a revocation of
+	// the agent's identifiers must look through (revoke.go).
+	live map[*conn]struct{}
 }
 
 // send sends a *client.Packet or a *netproxy.Received.
@@ -62,7 +66,29 @@ func (b *backend) addPending(c *conn) bool {
 		return false
 	}
 	b.pending[c.random] = c
+	if b.live == nil {
+		b.live = map[*conn]struct{}{}
+	}
+	b.live[c] = struct{}{}
 	return true
+}
+
+// forget drops a finished or failed connection from live.
+func (b *backend) forget(c *conn) {
+	b.mu.Lock()
+	delete(b.live, c)
+	b.mu.Unlock()
+}
+
+// liveConns is every connection on b not yet finished or failed.
+func (b *backend) liveConns() []*conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*conn, 0, len(b.live))
+	for c := range b.live {
+		out = append(out, c)
+	}
+	return out
 }
 
 // takePending removes and returns the pending dial; whoever gets it
@@ -207,6 +233,14 @@ func (r *registry) setIdentity(b *backend, id Identity, denied []Denial) bool {
 	}
 	b.id.Hosts, b.id.CIDRs, b.id.DefaultRoute, b.denied = id.Hosts, id.CIDRs, id.DefaultRoute, denied
 	return true
+}
+
+// stillRoutes reports whether b still holds the grant strategy s gave it
+// for address, under the identity it has now.
+func (r *registry) stillRoutes(b *backend, s Strategy, address string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return StillRoutes(s, address, &b.id)
 }
 
 // readyCounts is ready_backends for strategies.

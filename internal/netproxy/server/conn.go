@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -41,6 +42,12 @@ const (
 type conn struct {
 	random  int64
 	address string
+	// strategy chose be for address: the grant this connection holds
+	// (StillRoutes).
+	strategy Strategy
+	// revoked is set when be's grant for address is gone; whoever
+	// establishes the connection after that ends it (revoke.go).
+	revoked atomic.Bool
 	fe      frontend
 	be      *backend
 	m       *metrics
@@ -62,8 +69,8 @@ type conn struct {
 	doneOnce  sync.Once
 }
 
-func newConn(random int64, address string, fe frontend, be *backend, m *metrics) *conn {
-	return &conn{random: random, address: address, fe: fe, be: be, m: m, start: time.Now(),
+func newConn(random int64, address string, strategy Strategy, fe frontend, be *backend, m *metrics) *conn {
+	return &conn{random: random, address: address, strategy: strategy, fe: fe, be: be, m: m, start: time.Now(),
 		dialDone: make(chan struct{}), done: make(chan struct{}), abort: make(chan struct{})}
 }
 
@@ -88,6 +95,7 @@ func (c *conn) fail() {
 		c.timer.Stop()
 	}
 	c.mu.Unlock()
+	c.be.forget(c)
 	c.closeDone()
 }
 
@@ -102,6 +110,7 @@ func (c *conn) finish() bool {
 	c.state = stateFinished
 	ds := c.ds
 	c.mu.Unlock()
+	c.be.forget(c)
 	c.doAbort()
 	if ds != nil {
 		// Outside c.mu: a link stream's close may wait for room on the link.

@@ -22,12 +22,12 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 	if address == "" {
 		return nil, errors.New("empty dial address")
 	}
-	b, _ := s.backends.choose(s.opts.Strategies, address)
+	b, strategy := s.backends.choose(s.opts.Strategies, address)
 	if b == nil {
 		s.m.dialFailed(failNoAgent)
 		return nil, ErrNoAgent
 	}
-	c := newConn(random, address, fe, b, s.m)
+	c := newConn(random, address, strategy, fe, b, s.m)
 	var dialCtx context.Context
 	if b.link != nil {
 		dialCtx, c.cancelDial = context.WithCancel(b.ctx)
@@ -37,6 +37,18 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 			c.cancelDial()
 		}
 		return nil, errors.New("agent unavailable or duplicate dial id")
+	}
+	// b was chosen before it was pending: a revocation in between did not
+	// see this dial, so it is checked again now that one would.
+	if !s.backends.stillRoutes(b, strategy, address) {
+		if b.takePendingIf(c) {
+			c.fail()
+			if c.cancelDial != nil {
+				c.cancelDial()
+			}
+		}
+		s.m.dialFailed(failNoAgent)
+		return nil, ErrNoAgent
 	}
 	s.m.pendingDials.Inc()
 	if t := s.opts.BackendDialTimeout; t > 0 {
@@ -74,6 +86,12 @@ func (s *Server) resolveOK(c *conn) bool {
 	s.liveConn.Add(1)
 	err := c.fe.dialed(c)
 	close(c.dialDone)
+	if err == nil && c.revoked.Load() {
+		// Revoked while its answer was on the way (revoke.go): the
+		// revocation saw it pending and could not end it.
+		s.revoke(c, revokedMsg)
+		return false
+	}
 	if err != nil {
 		s.m.dialFailed(failSendResponse)
 		if c.finish() {

@@ -207,5 +207,11 @@ func (s *Server) redecide(b *backend) {
 		s.readyBackendsChanged()
 		s.reportDenials(logger, b.id.AgentID, b.principal, denied)
 		logger.V(2).Info("Agent identity updated from its Node", "hosts", id.Hosts, "cidrs", id.CIDRs, "defaultRoute", id.DefaultRoute)
+		if n := s.revokeStale(b); n > 0 {
+			// Info: connections cut by a Node change are for the operator
+			// to see, as the denial itself is.
+			logger.Info("Closed connections routed by identifiers the agent no longer holds", "connections", n,
+				"user", b.principal.User, "node", b.principal.Node, "hosts", id.Hosts)
+		}
 	}
 }

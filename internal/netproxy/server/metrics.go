@@ -74,6 +74,7 @@ type metrics struct {
 	linkBackends      prometheus.Gauge
 	agentHandshakes   prometheus.Counter
 	identifiersDenied *prometheus.CounterVec
+	revoked           prometheus.Counter
 	// Flood resistance of the agent port (reviewcache.go, admission.go).
 	tokenReviews    *prometheus.CounterVec
 	reviewCacheHits prometheus.Counter
@@ -124,6 +125,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		agentHandshakes: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_agent_handshake_failures_total", "Number of TLS handshakes on the agent port that failed (e.g. an agent without a valid client certificate)."))),
 		identifiersDenied: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_identifiers_denied_total",
 			"Number of agent identifiers ignored because the agent's credential does not allow them, by identifier kind and reason.")), []string{"kind", "reason"}),
+		revoked: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_connections_revoked_total",
+			"Number of connections (pending or established) closed because the agent carrying them no longer holds their destination: its Node stopped listing it, was deleted, or another Node lists it too."))),
 		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_token_reviews_total",
 			"Number of TokenReviews of agent tokens sent to the apiserver, by result (authenticated, denied, error).")), []string{"result"}),
 		reviewCacheHits: prometheus.NewCounter(prometheus.CounterOpts(opts("portside_token_review_cache_hits_total",
@@ -133,7 +136,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("portside_agent_streams_refused_total",
 			"Number of agent streams refused before authentication, by reason (per_connection, per_unauthenticated_peer, reviews_busy).")), []string{"reason"}),
 	}
-	reg.MustRegister(m.identifiersDenied, m.tokenReviews, m.reviewCacheHits, m.reviewShared, m.streamsRefused)
+	reg.MustRegister(m.identifiersDenied, m.revoked, m.tokenReviews, m.reviewCacheHits, m.reviewShared, m.streamsRefused)
 	reg.MustRegister(m.dialDuration, m.grpcConnections, m.httpConnections, m.readyBackendConns, m.readyBackends,
 		m.pendingDials, m.established, m.dialFailures, m.streamPackets, m.streamErrors, m.streamsV1Backends, m.linkBackends, m.agentHandshakes,
 		m.frontendWrite, m.fullRecv.vec, m.culledLeases, m.leaseDeleteTime, m.leaseDeletes, m.leaseListTime, m.leaseLists)

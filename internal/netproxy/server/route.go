@@ -162,6 +162,25 @@ func Eligible(strategies []Strategy, address string, agents []Identity) ([]int, 
 	return nil, ""
 }
 
+// StillRoutes reports whether an agent with identity id may still carry
+// a connection to address that strategy s chose it for. A connection is
+// granted by the identifier it was routed by; when the agent's Node stops
+// listing that name or address (changed, deleted, or contested by another
+// Node), the grant is gone, and so is the connection (revoke.go), not
+// only new dials. default chose any agent, so nothing revokes it; a
+// draining agent still serves what it holds.
+func StillRoutes(s Strategy, address string, id *Identity) bool {
+	switch s {
+	case StrategyDestHost:
+		return id.claimsHost(DialHost(address))
+	case StrategyDestCIDR:
+		return id.inCIDR(DialHost(address))
+	case StrategyDefaultRoute:
+		return id.DefaultRoute
+	}
+	return true
+}
+
 // ReadyBackends is ready_backends{proxy_strategy} as upstream counts it,
 // the size of each strategy's agent table: distinct agent IDs for default,
 // and for defaultRoute those with default-route=true; distinct host/ipv4/
