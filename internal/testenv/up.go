@@ -34,9 +34,19 @@ func BuildPortside(t testing.TB) (bin, root string) {
 	return bin, root
 }
 
-// StartUp runs `portside up` with args until it says it is ready, and
-// returns it with its output so far and beyond, and its exit.
+// StartUp runs `portside up` with args until it says it is ready (2
+// minutes at most), and returns it with its output so far and beyond, and
+// its exit.
 func StartUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncbuf.Buffer, <-chan error) {
+	t.Helper()
+	return StartUpWithin(t, 2*time.Minute, bin, root, args...)
+}
+
+// StartUpWithin is StartUp with a readiness deadline of its own (real
+// nodes' first start builds images). The exit channel is closed after its
+// one value, so a second reader (a cleanup after a failed start) does not
+// wait forever.
+func StartUpWithin(t testing.TB, ready time.Duration, bin, root string, args ...string) (*exec.Cmd, *syncbuf.Buffer, <-chan error) {
 	t.Helper()
 	// The CLI's default is real nodes where the machine allows it; these
 	// tests exercise the simulated stand-ins unless they ask otherwise.
@@ -54,8 +64,8 @@ func StartUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncbu
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
-	deadline := time.After(2 * time.Minute)
+	go func() { done <- up.Wait(); close(done) }()
+	deadline := time.After(ready)
 	for !strings.Contains(out.String(), "press Ctrl-C") {
 		select {
 		case err := <-done:
@@ -69,7 +79,7 @@ func StartUp(t testing.TB, bin, root string, args ...string) (*exec.Cmd, *syncbu
 			case <-time.After(2 * time.Minute):
 				_ = up.Process.Kill()
 			}
-			t.Fatalf("portside up not ready:\n%s", out.String())
+			t.Fatalf("portside up not ready after %s:\n%s", ready, out.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -429,7 +429,6 @@ func TestUpCCMReplicas(t *testing.T) {
 		if err == nil {
 			t.Errorf("up exited 0 after etcd died")
 		}
-		done = closedWith(err)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("up still running 30 s after etcd died:\n%s", out.String())
 	}
@@ -438,14 +437,6 @@ func TestUpCCMReplicas(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-}
-
-// closedWith is a channel that yields err once, for a deferred wait on a
-// process whose exit was already read.
-func closedWith(err error) <-chan error {
-	c := make(chan error, 1)
-	c <- err
-	return c
 }
 
 // deploymentPodsRun: on a running `up`, kube-scheduler places a

@@ -26,7 +26,6 @@ import (
 
 	"github.com/portside-io/portside/internal/localcloud/vpc/vpctest"
 	"github.com/portside-io/portside/internal/nodeimages"
-	"github.com/portside-io/portside/internal/syncbuf"
 	"github.com/portside-io/portside/internal/testbin"
 	"github.com/portside-io/portside/internal/testenv"
 	"github.com/portside-io/portside/internal/tools"
@@ -175,20 +174,17 @@ func upRealNodes(t *testing.T, n int, extra ...string) (string, string, *kuberne
 	return data, out, kubernetes.NewForConfigOrDie(cfg)
 }
 
+// runUp runs up until ready and stops it (SIGTERM: up removes what it
+// started) when t ends.
 func runUp(t *testing.T, bin, root string, args ...string) string {
 	t.Helper()
-	up := exec.Command(bin, append([]string{"up"}, args...)...)
-	up.Dir = root
-	// If the test binary dies (a go test timeout), up stops what it started.
-	up.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out := &syncbuf.Buffer{}
-	up.Stdout, up.Stderr = out, out
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
+	// Registered before the start, so it runs (last) even when StartUpWithin fails.
+	var up *exec.Cmd
+	var done <-chan error
 	t.Cleanup(func() {
+		if up == nil {
+			return
+		}
 		_ = up.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -197,16 +193,7 @@ func runUp(t *testing.T, bin, root string, args ...string) string {
 			<-done
 		}
 	})
-	deadline := time.After(8 * time.Minute)
-	for !strings.Contains(out.String(), "press Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("portside up exited early: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("portside up not ready after 8 minutes:\n%s", out.String())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	up, out, done := testenv.StartUpWithin(t, 8*time.Minute, bin, root, args...)
 	t.Logf("portside up:\n%s", out.String())
 	return out.String()
 }
