@@ -2,9 +2,13 @@ package local
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"net/netip"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/portside-io/portside/pkg/cloud"
 	"github.com/portside-io/portside/pkg/localcloud/api"
@@ -37,7 +41,19 @@ func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cl
 	if r.DestinationCIDR.Addr().Is6() {
 		name = nameHint + "-ipv6"
 	}
-	_, err := p.c.CreateRoute(ctx, api.Route{Name: name, Cluster: cluster, ClusterUID: string(r.ClusterUID), TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()})
+	route := api.Route{Name: name, Cluster: cluster, ClusterUID: string(r.ClusterUID), TargetNode: r.TargetNode, DestinationCIDR: r.DestinationCIDR.String()}
+	_, err := p.c.CreateRoute(ctx, route)
+	if route.ClusterUID != "" && RefusesField(err, "clusterUID") {
+		// A cloud older than routes' cluster UIDs (its API refuses fields
+		// it does not know): the route is made as that cloud's routes all
+		// are, untagged, which the route controller treats by upstream's
+		// rule, as before the UID existed. So a CCM upgraded before its
+		// cloud keeps routing instead of failing every route.
+		klog.FromContext(ctx).Info("The local cloud does not know route cluster UIDs; route created without one: upgrade the cloud (portside cloud serve) to tell clusters of one name apart",
+			"route", name, "cloud", p.c.Endpoint())
+		route.ClusterUID = ""
+		_, err = p.c.CreateRoute(ctx, route)
+	}
 	if client.IsConflict(err) {
 		existing, lerr := p.ListRoutes(ctx, cluster)
 		if lerr != nil {
@@ -61,4 +77,12 @@ func (p *routes) DeleteRoute(ctx context.Context, _ string, r cloud.Route) error
 		return nil
 	}
 	return err
+}
+
+// RefusesField reports whether err is the cloud refusing a request body
+// because it does not know field: what an older cloud, whose API rejects
+// unknown fields, answers a newer client.
+func RefusesField(err error, field string) bool {
+	var se *client.StatusError
+	return errors.As(err, &se) && se.Status == http.StatusBadRequest && strings.Contains(se.Message, `unknown field "`+field+`"`)
 }
