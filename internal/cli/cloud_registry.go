@@ -82,11 +82,17 @@ func newTrustIssuerCommand(f *cloudFlags) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return c.one(out, fmt.Sprintf("trusted issuer %s for audiences %s", out.Issuer, strings.Join(out.Audiences, ",")))
+		msg := fmt.Sprintf("trusted issuer %s for audiences %s", out.Issuer, strings.Join(out.Audiences, ","))
+		if len(out.Repositories) > 0 {
+			msg += "; exchanged credentials read only " + strings.Join(out.Repositories, ", ")
+		}
+		return c.one(out, msg)
 	})
 	cmd.Flags().StringVar(&iss.Issuer, "issuer", "", "the tokens' iss (the apiserver's --service-account-issuer)")
 	cmd.Flags().StringArrayVar(&iss.Audiences, "audience", nil, "an accepted token audience (repeatable)")
 	cmd.Flags().StringVar(&keyFile, "public-key-file", "", "PEM file of the public key(s) that sign the tokens")
+	cmd.Flags().StringArrayVar(&iss.Repositories, "repository", nil,
+		"narrow exchanged credentials to a repository, or a prefix ending in /; {namespace} and {serviceAccount} stand for the token's (repeatable; none: every repository), e.g. '{namespace}/'")
 	return cmd
 }
 
@@ -96,9 +102,13 @@ func newIssuersCommand(f *cloudFlags) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return f.print(c.w, list, "ISSUER\tAUDIENCES\tCREATED", func(tw io.Writer) {
+		return f.print(c.w, list, "ISSUER\tAUDIENCES\tREPOSITORIES\tCREATED", func(tw io.Writer) {
 			for _, i := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", i.Issuer, strings.Join(i.Audiences, ","), i.CreatedAt.Format("2006-01-02T15:04:05Z"))
+				repos := strings.Join(i.Repositories, ",")
+				if repos == "" {
+					repos = "*"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", i.Issuer, strings.Join(i.Audiences, ","), repos, i.CreatedAt.Format("2006-01-02T15:04:05Z"))
 			}
 		})
 	})

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,9 @@ type Claims struct {
 	Push bool
 	// ExpiresAt is the end of the credential's life (whole seconds).
 	ExpiresAt time.Time
+	// Repositories narrows what the credential reads: repository names,
+	// or prefixes ending in "/" (ReadAllowed). Empty: every repository.
+	Repositories []string
 }
 
 const (
@@ -37,6 +41,8 @@ const (
 	saUserPrefix  = "sa."
 	rawUserPrefix = "u." // any other subject, base64url-encoded
 	passwordV1    = "v1"
+	// passwordV2 is v1 with the repositories the credential may read.
+	passwordV2 = "v2"
 )
 
 // b64 decodes only canonical encodings, so each credential has one spelling.
@@ -78,18 +84,30 @@ func subjectOf(username string) (string, error) {
 }
 
 // mac signs the canonical encoding of the claims: every field
-// length-prefixed, so no field can bleed into another.
-func mac(secret []byte, host, subject string, push bool, exp int64) []byte {
+// length-prefixed, so no field can bleed into another. A v2 credential
+// (repos not empty) signs another domain string and the repositories
+// after a count, so neither version's MAC is valid as the other's.
+func mac(secret []byte, host, subject string, push bool, exp int64, repos []string) []byte {
 	m := hmac.New(sha256.New, secret)
 	field := func(h hash.Hash, s string) {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
 		_, _ = h.Write([]byte(s))
 	}
-	field(m, "portside registry credential v1")
+	if len(repos) == 0 {
+		field(m, "portside registry credential v1")
+	} else {
+		field(m, "portside registry credential v2")
+	}
 	field(m, host)
 	field(m, subject)
 	field(m, pushFlag(push))
 	field(m, strconv.FormatInt(exp, 10))
+	if len(repos) > 0 {
+		field(m, strconv.Itoa(len(repos)))
+		for _, r := range repos {
+			field(m, r)
+		}
+	}
 	return m.Sum(nil)
 }
 
@@ -103,22 +121,28 @@ func pushFlag(push bool) string {
 // Sign returns the HTTP Basic username and password of a credential with
 // claims c. The password is
 // "v1.<base64url host>.<unix expiry>.<push 0|1>.<base64url HMAC-SHA256>",
-// the MAC covering host, subject, push and expiry.
+// the MAC covering host, subject, push and expiry; with Repositories,
+// "v2.<host>.<expiry>.<push>.<base64url repositories, comma-separated>.<MAC>",
+// the MAC covering them too (repository names cannot hold a comma).
 func Sign(secret []byte, c Claims) (username, password string) {
 	exp := c.ExpiresAt.Unix()
-	sum := mac(secret, c.Host, c.Subject, c.Push, exp)
-	password = strings.Join([]string{
+	sum := mac(secret, c.Host, c.Subject, c.Push, exp, c.Repositories)
+	parts := []string{
 		passwordV1,
 		base64.RawURLEncoding.EncodeToString([]byte(c.Host)),
 		strconv.FormatInt(exp, 10),
 		pushFlag(c.Push),
-		base64.RawURLEncoding.EncodeToString(sum),
-	}, ".")
-	return usernameFor(c.Subject), password
+	}
+	if len(c.Repositories) > 0 {
+		parts[0] = passwordV2
+		parts = append(parts, base64.RawURLEncoding.EncodeToString([]byte(strings.Join(c.Repositories, ","))))
+	}
+	parts = append(parts, base64.RawURLEncoding.EncodeToString(sum))
+	return usernameFor(c.Subject), strings.Join(parts, ".")
 }
 
 // errMalformed never includes the password.
-var errMalformed = errors.New("password is not a credential the local cloud issued (want v1.<host>.<expiry>.<push>.<signature>)")
+var errMalformed = errors.New("password is not a credential the local cloud issued (want v1.<host>.<expiry>.<push>.<signature> or v2.<host>.<expiry>.<push>.<repositories>.<signature>)")
 
 // Verify checks a credential presented to the registry at host: its
 // signature, that it is for host, and that it has not expired at now.
@@ -132,7 +156,20 @@ func Verify(secret []byte, host, username, password string, now time.Time) (Clai
 		return Claims{}, fmt.Errorf("username %q is not a credential username the cloud issues", username)
 	}
 	parts := strings.Split(password, ".")
-	if len(parts) != 5 || parts[0] != passwordV1 {
+	var repos []string
+	switch {
+	case len(parts) == 5 && parts[0] == passwordV1:
+	case len(parts) == 6 && parts[0] == passwordV2:
+		list, err := b64.DecodeString(parts[4])
+		if err != nil || len(list) == 0 {
+			return Claims{}, errMalformed
+		}
+		repos = strings.Split(string(list), ",")
+		if slices.Contains(repos, "") {
+			return Claims{}, errMalformed
+		}
+		parts = append(parts[:4], parts[5])
+	default:
 		return Claims{}, errMalformed
 	}
 	hostBytes, err := b64.DecodeString(parts[1])
@@ -150,8 +187,8 @@ func Verify(secret []byte, host, username, password string, now time.Time) (Clai
 	if err != nil {
 		return Claims{}, errMalformed
 	}
-	c := Claims{Host: string(hostBytes), Subject: subject, Push: parts[3] == "1", ExpiresAt: time.Unix(exp, 0).UTC()}
-	if !hmac.Equal(got, mac(secret, c.Host, c.Subject, c.Push, exp)) {
+	c := Claims{Host: string(hostBytes), Subject: subject, Push: parts[3] == "1", ExpiresAt: time.Unix(exp, 0).UTC(), Repositories: repos}
+	if !hmac.Equal(got, mac(secret, c.Host, c.Subject, c.Push, exp, repos)) {
 		return Claims{}, errors.New("signature does not match: the credential was altered or not issued by this cloud")
 	}
 	if !strings.EqualFold(c.Host, host) {

@@ -94,3 +94,44 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestNarrowedCredential: a credential narrowed to repositories (v2)
+// carries them under its signature: they cannot be widened, dropped (to
+// read as an unnarrowed v1 credential) or added to a v1 credential.
+func TestNarrowedCredential(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	host := "127.0.0.1:5000"
+	narrowed := Claims{Host: host, Subject: "system:serviceaccount:team-a:puller", ExpiresAt: now.Add(time.Hour),
+		Repositories: []string{"team-a/", "shared/base"}}
+	user, pass := Sign(secret, narrowed)
+	if !strings.HasPrefix(pass, "v2.") {
+		t.Fatalf("narrowed credential's password %q is not v2", pass)
+	}
+	c, err := Verify(secret, host, user, pass, now)
+	if err != nil || strings.Join(c.Repositories, ",") != "team-a/,shared/base" || c.Subject != narrowed.Subject {
+		t.Fatalf("Verify = %+v, %v; want the repositories signed", c, err)
+	}
+	parts := strings.Split(pass, ".")
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	with := func(i int, v string) string {
+		p := append([]string(nil), parts...)
+		p[i] = v
+		return strings.Join(p, ".")
+	}
+	_, v1pass := Sign(secret, Claims{Host: host, Subject: narrowed.Subject, ExpiresAt: narrowed.ExpiresAt})
+	v1parts := strings.Split(v1pass, ".")
+	for _, tc := range []struct{ name, pass, want string }{
+		{"repositories widened", with(4, enc("team-a/,shared/")), "signature does not match"},
+		{"a repository added", with(4, enc("team-a/,shared/base,team-b/")), "signature does not match"},
+		{"repositories dropped (read as v1)", strings.Join(append([]string{"v1"}, append(parts[1:4], parts[5])...), "."), "signature does not match"},
+		{"v1 given repositories", strings.Join(append([]string{"v2"}, append(v1parts[1:4], enc("team-a/"), v1parts[4])...), "."), "signature does not match"},
+		{"an empty repository", with(4, enc("team-a/,,shared/base")), "password is not a credential"},
+		{"no repositories", with(4, ""), "password is not a credential"},
+		{"v2 with v1's shape", strings.Join(append([]string{"v2"}, v1parts[1:]...), "."), "password is not a credential"},
+	} {
+		if _, err := Verify(secret, host, user, tc.pass, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Verify error = %v; want %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -121,18 +121,58 @@ func publicRead(method, path string, prefixes []string) bool {
 	if method != http.MethodGet && method != http.MethodHead {
 		return false
 	}
-	if !strings.HasPrefix(path, "/v2/") {
+	repo, kind := repoOf(path)
+	if kind != "manifests" && kind != "blobs" {
 		return false
+	}
+	return matchesRepo(repo, prefixes)
+}
+
+// ReadAllowed reports whether a credential narrowed to repos may make a
+// read (GET or HEAD) of path: the /v2/ ping, and manifests, blobs and tag
+// lists of the repositories repos name (a name, or a prefix ending in
+// "/"). The catalog, which names every repository, is not. Empty repos:
+// everything. The same caveat as publicRead holds: blobs are stored by
+// digest for all repositories, so a layer's digest is as secret as the
+// image that has it.
+func ReadAllowed(path string, repos []string) bool {
+	if len(repos) == 0 || path == "/v2/" || path == "/v2" {
+		return true
+	}
+	repo, kind := repoOf(path)
+	switch kind {
+	case "manifests", "blobs", "tags":
+		return matchesRepo(repo, repos)
+	}
+	return false
+}
+
+// repoOf splits a distribution API path /v2/<name>/<kind>/<rest> into the
+// repository name and kind (manifests, blobs or tags, for tags/list); ""
+// for any other path or a name outside the grammar.
+func repoOf(path string) (repo, kind string) {
+	if !strings.HasPrefix(path, "/v2/") {
+		return "", ""
 	}
 	elem := strings.Split(strings.TrimPrefix(path, "/v2/"), "/")
-	if len(elem) < 3 || (elem[len(elem)-2] != "manifests" && elem[len(elem)-2] != "blobs") || elem[len(elem)-1] == "" {
-		return false
+	if len(elem) < 3 || elem[len(elem)-1] == "" {
+		return "", ""
 	}
-	repo := strings.Join(elem[:len(elem)-2], "/")
+	kind = elem[len(elem)-2]
+	if kind != "manifests" && kind != "blobs" && (kind != "tags" || elem[len(elem)-1] != "list") {
+		return "", ""
+	}
+	repo = strings.Join(elem[:len(elem)-2], "/")
 	if CheckName(repo) != nil {
-		return false
+		return "", ""
 	}
-	for _, p := range prefixes {
+	return repo, kind
+}
+
+// matchesRepo reports whether repo is one of patterns: a name, or a
+// prefix ending in "/".
+func matchesRepo(repo string, patterns []string) bool {
+	for _, p := range patterns {
 		if repo == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(repo, p)) {
 			return true
 		}

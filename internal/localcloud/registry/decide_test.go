@@ -107,3 +107,36 @@ func TestPublicRead(t *testing.T) {
 		t.Error("no public prefixes: a pull without a credential was allowed")
 	}
 }
+
+func TestReadAllowed(t *testing.T) {
+	repos := []string{"team-a/", "shared/base"}
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/v2/", true}, // the ping: clients send it before every pull
+		{"/v2/team-a/app/manifests/1.0", true},
+		{"/v2/team-a/app/blobs/sha256:abc", true},
+		{"/v2/team-a/app/tags/list", true},
+		{"/v2/team-a/deep/er/app/manifests/1.0", true},
+		{"/v2/shared/base/manifests/1.0", true},
+		{"/v2/shared/base2/manifests/1.0", false}, // a name, not a prefix
+		{"/v2/shared/base/x/manifests/1.0", false},
+		{"/v2/team-a/manifests/1.0", false}, // the prefix names repositories below it
+		{"/v2/team-ab/app/manifests/1.0", false},
+		{"/v2/team-b/app/manifests/1.0", false},
+		{"/v2/_catalog", false}, // names every repository
+		{"/v2/team-a/app/tags/other", false},
+		{"/v2/team-a/app/manifests/", false},
+		{"/v2/TEAM-A/app/manifests/1", false},
+		{"/v2/team-a/../team-b/manifests/1", false},
+		{"/other", false},
+	} {
+		if got := ReadAllowed(tc.path, repos); got != tc.want {
+			t.Errorf("ReadAllowed(%s) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	if !ReadAllowed("/v2/_catalog", nil) || !ReadAllowed("/v2/anything/manifests/1", nil) {
+		t.Error("a credential not narrowed was refused a read")
+	}
+}

@@ -118,6 +118,14 @@ func (r *Registry) Handler() http.Handler {
 				fmt.Sprintf("credential of %s may only pull: ask for a push credential (push: true) to %s", claims.Subject, req.Method), "pull-only credential")
 			return
 		}
+		// A narrowed credential only reads (the cloud issues none that
+		// push), and only its repositories.
+		if len(claims.Repositories) > 0 && (write || !ReadAllowed(req.URL.Path, claims.Repositories)) {
+			r.refuse(w, req, http.StatusForbidden, "DENIED",
+				fmt.Sprintf("credential of %s reads only %s: widen the token issuer's repositories (portside cloud registries trust-issuer --repository) to read %s",
+					claims.Subject, strings.Join(claims.Repositories, ", "), req.URL.Path), "outside the credential's repositories")
+			return
+		}
 		if write && isManifestPath(req.URL.Path) {
 			r.journal.serveWrite(w, req, r.inner)
 			return

@@ -124,15 +124,16 @@ func (s *Server) issueCredential(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		claims.Subject = "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+		claims.Repositories = sa.Repositories
 		if exp := sa.Expiry.UTC().Truncate(time.Second); exp.Before(claims.ExpiresAt) {
 			claims.ExpiresAt = exp
 		}
 		klog.FromContext(r.Context()).V(2).Info("Service account token exchanged", "registry", host,
-			"namespace", sa.Namespace, "serviceAccount", sa.Name, "uid", sa.UID, "expiresAt", claims.ExpiresAt)
+			"namespace", sa.Namespace, "serviceAccount", sa.Name, "uid", sa.UID, "expiresAt", claims.ExpiresAt, "repositories", claims.Repositories)
 	}
 	user, pass := registry.Sign(s.secret, claims)
 	respond(w, r, http.StatusOK, api.Credential{
 		Registry: host, Username: user, Password: pass, ExpiresAt: claims.ExpiresAt,
-		Subject: claims.Subject, Push: claims.Push,
+		Subject: claims.Subject, Push: claims.Push, Repositories: claims.Repositories,
 	}, nil)
 }

@@ -15,7 +15,9 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/portside-io/portside/internal/localcloud/registry"
 	"github.com/portside-io/portside/internal/localcloud/store"
 	"github.com/portside-io/portside/pkg/localcloud/api"
 )
@@ -86,7 +88,54 @@ func validateIssuer(iss *api.TokenIssuer) error {
 	if _, err := parsePublicKeys(iss.PublicKeysPEM); err != nil {
 		return invalid("publicKeysPEM: %v", err)
 	}
+	for _, p := range iss.Repositories {
+		if err := checkRepositoryPattern(p); err != nil {
+			return invalid("repositories: %v", err)
+		}
+	}
 	return nil
+}
+
+// Placeholders of a TokenIssuer's repositories, replaced by the token's
+// service account at exchange time.
+const (
+	namespacePlaceholder      = "{namespace}"
+	serviceAccountPlaceholder = "{serviceAccount}"
+)
+
+// checkRepositoryPattern refuses a repositories entry that could never
+// name a repository: it must be a repository name, or one followed by
+// "/" (a prefix), with placeholders only as whole path components (a
+// namespace such as "a-b" must not splice into a neighbouring name).
+func checkRepositoryPattern(p string) error {
+	name := strings.TrimSuffix(p, "/")
+	for _, comp := range strings.Split(name, "/") {
+		if strings.Contains(comp, "{") && comp != namespacePlaceholder && comp != serviceAccountPlaceholder {
+			return fmt.Errorf("%q: %s and %s must be whole path components (e.g. \"{namespace}/\" or \"teams/{namespace}/{serviceAccount}\")", p, namespacePlaceholder, serviceAccountPlaceholder)
+		}
+	}
+	probe := strings.NewReplacer(namespacePlaceholder, "ns", serviceAccountPlaceholder, "sa").Replace(name)
+	if r := registry.CheckName(probe); r != nil {
+		return fmt.Errorf("%q is not a repository name or a prefix ending in \"/\": %s", p, r.Message)
+	}
+	return nil
+}
+
+// repositoriesFor is iss's repositories for service account sa, the
+// placeholders replaced. exchangeToken has checked that the namespace is
+// a DNS label and the name a DNS subdomain, as Kubernetes makes them:
+// both are valid repository components, and neither can hold a "/" or a
+// "," that would widen a pattern or split it in the credential.
+func repositoriesFor(patterns []string, sa *serviceAccount) []string {
+	if len(patterns) == 0 {
+		return nil
+	}
+	r := strings.NewReplacer(namespacePlaceholder, sa.Namespace, serviceAccountPlaceholder, sa.Name)
+	out := make([]string, 0, len(patterns))
+	for _, p := range patterns {
+		out = append(out, r.Replace(p))
+	}
+	return out
 }
 
 func (s *Server) putTokenIssuer(w http.ResponseWriter, r *http.Request) {
@@ -135,6 +184,8 @@ func (s *Server) deleteTokenIssuer(w http.ResponseWriter, r *http.Request) {
 type serviceAccount struct {
 	Namespace, Name, UID string
 	Expiry               time.Time
+	// Repositories are what the trusting issuer lets it read (nil: all).
+	Repositories []string
 }
 
 // k8sClaims are the Kubernetes claims of a bound service-account token.
@@ -221,6 +272,13 @@ func (s *Server) exchangeToken(token string, now time.Time) (*serviceAccount, er
 		}
 		sa.Namespace, sa.Name = parts[2], parts[3]
 	}
+	if errs := validation.IsDNS1123Label(sa.Namespace); len(errs) > 0 {
+		return nil, reject("namespace %q is not a Kubernetes namespace name: %s", sa.Namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(sa.Name); len(errs) > 0 {
+		return nil, reject("service account name %q is not a Kubernetes name: %s", sa.Name, strings.Join(errs, "; "))
+	}
+	sa.Repositories = repositoriesFor(iss.Repositories, sa)
 	return sa, nil
 }
 

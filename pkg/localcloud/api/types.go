@@ -323,6 +323,9 @@ type Credential struct {
 	Subject string `json:"subject,omitempty"`
 	// Push is true when the credential may push.
 	Push bool `json:"push,omitempty"`
+	// Repositories are the only repositories the credential reads (names,
+	// or prefixes ending in "/"); empty: every repository.
+	Repositories []string `json:"repositories,omitempty"`
 }
 
 // TokenIssuer is a service-account token issuer the cloud trusts when it
@@ -336,8 +339,14 @@ type TokenIssuer struct {
 	Audiences []string `json:"audiences"`
 	// PublicKeysPEM holds one or more PEM public keys (RSA or ECDSA) that
 	// verify the tokens' signatures.
-	PublicKeysPEM string    `json:"publicKeysPEM"`
-	CreatedAt     time.Time `json:"createdAt,omitempty"`
+	PublicKeysPEM string `json:"publicKeysPEM"`
+	// Repositories narrows what credentials exchanged for this issuer's
+	// tokens read: repository names, or prefixes ending in "/", where
+	// {namespace} and {serviceAccount} stand for the token's service
+	// account, e.g. "{namespace}/" or "shared/base". Empty: every
+	// repository of the registry, as a node's credential reads.
+	Repositories []string  `json:"repositories,omitempty"`
+	CreatedAt    time.Time `json:"createdAt,omitempty"`
 }
 
 // FaultRule injects failures into requests matching Method and Path.
