@@ -31,8 +31,8 @@ func TestNodeChangeRevokesGrants(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	host, _, _ := net.SplitHostPort(echo)
 	cs := fake.NewSimpleClientset(nodeWith("node-a", host))
-	s, uds := startNodeBoundServer(t, cs)
-	startNodeAgent(t, s, "node-a", "ipv4="+host)
+	s, uds, pki := startNodeBoundServer(t, cs)
+	startNodeAgent(t, s, pki, "node-a", "ipv4="+host)
 	netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
 
 	reaches := func() bool { return reachesVia(ctx, uds, echo) }
@@ -65,10 +65,10 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 	echo := netproxytest.Listen(t, netproxytest.Echo)
 	host, _, _ := net.SplitHostPort(echo)
 	cs := fake.NewSimpleClientset(nodeWith("node-a", host), nodeWith("node-b", "127.0.0.99"))
-	s, uds := startNodeBoundServer(t, cs)
+	s, uds, pki := startNodeBoundServer(t, cs)
 	// node-b's agent claims node-a's address from the start.
-	startNodeAgent(t, s, "node-a", "ipv4="+host)
-	startNodeAgent(t, s, "node-b", "ipv4="+host+"&host="+host)
+	startNodeAgent(t, s, pki, "node-a", "ipv4="+host)
+	startNodeAgent(t, s, pki, "node-b", "ipv4="+host+"&host="+host)
 	netproxytest.Eventually(t, 5*time.Second, func() bool { return s.AgentCount() == 2 }, "both agents connected")
 	reaches := func() bool { return reachesVia(ctx, uds, echo) }
 	netproxytest.Eventually(t, 10*time.Second, reaches, "node-a's address served (by node-a's agent only: node-b's claim is denied)")
@@ -113,21 +113,25 @@ func TestContestedAddressServedByNobody(t *testing.T) {
 // streams, and upstream's multiplexed protocol.
 func TestOpenConnectionsRevoked(t *testing.T) {
 	for _, proto := range []struct {
-		name string
-		opts agent.Options
+		name            string
+		opts            agent.Options
+		links, streams1 int // the server's count of agents on each protocol
 	}{
-		{"portside-link", agent.Options{}},
-		{"streams-v1", agent.Options{DisableLink: true}},
-		{"upstream-protocol", agent.Options{DisableLink: true, DisableStreams: true}},
+		{"portside-link", agent.Options{}, 1, 0},
+		{"streams-v1", agent.Options{DisableLink: true}, 0, 1},
+		{"upstream-protocol", agent.Options{DisableLink: true, DisableStreams: true}, 0, 0},
 	} {
 		t.Run(proto.name, func(t *testing.T) {
 			ctx := context.Background()
 			echo := netproxytest.Listen(t, netproxytest.Echo)
 			host, _, _ := net.SplitHostPort(echo)
 			cs := fake.NewSimpleClientset(nodeWith("node-a", host), nodeWith("node-b", "127.0.0.99"))
-			s, uds := startNodeBoundServer(t, cs)
-			startNodeAgentWith(t, s, "node-a", "ipv4="+host+"&ipv4=127.0.0.98", proto.opts)
+			s, uds, pki := startNodeBoundServer(t, cs)
+			startNodeAgentWith(t, s, pki, "node-a", "ipv4="+host+"&ipv4=127.0.0.98", proto.opts)
 			netproxytest.Eventually(t, 5*time.Second, s.Ready, "agent connected")
+			if s.LinkAgents() != proto.links || s.StreamsV1Agents() != proto.streams1 {
+				t.Fatalf("agent protocol: %d on portside-link/2, %d on streams-v1; want %d and %d", s.LinkAgents(), s.StreamsV1Agents(), proto.links, proto.streams1)
+			}
 			netproxytest.Eventually(t, 10*time.Second, func() bool { return reachesVia(ctx, uds, echo) }, "node-a's address served")
 
 			open := func() net.Conn {
@@ -206,8 +210,9 @@ func waitClosed(t *testing.T, c net.Conn, why string) {
 
 // startNodeBoundServer runs a proxy server (destHost) whose agents
 // authenticate with pod-bound tokens "token-of-<node>", reviewed by cs as
-// bound to <node>, and whose Nodes are cs's.
-func startNodeBoundServer(t *testing.T, cs *fake.Clientset) (*server.Server, string) {
+// bound to <node>, and whose Nodes are cs's; its agent port is mTLS with
+// the returned PKI's certificates (startNodeAgent), as deployed.
+func startNodeBoundServer(t *testing.T, cs *fake.Clientset) (*server.Server, string, *netproxytest.PKI) {
 	t.Helper()
 	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tok := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenReview).Spec.Token
@@ -220,26 +225,29 @@ func startNodeBoundServer(t *testing.T, cs *fake.Clientset) (*server.Server, str
 		t.Fatal(err)
 	}
 	uds := filepath.Join(t.TempDir(), "proxy.sock")
-	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies,
+	// mTLS on the agent port, as deployed: agents then speak portside-link/2.
+	pki := netproxytest.NewPKI(t)
+	s := netproxytest.StartServer(t, server.Options{UDSName: uds, NodeClient: cs, Strategies: strategies, AgentTLS: pki.ServerTLS(t),
 		TokenAuth: &server.TokenAuth{Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "aud", Client: cs}})
-	return s, uds
+	return s, uds, pki
 }
 
 // startNodeAgent runs an agent with node's token, claiming claims; it is
 // stopped when the test ends.
-func startNodeAgent(t *testing.T, s *server.Server, node, claims string) {
+func startNodeAgent(t *testing.T, s *server.Server, pki *netproxytest.PKI, node, claims string) {
 	t.Helper()
-	startNodeAgentWith(t, s, node, claims, agent.Options{})
+	startNodeAgentWith(t, s, pki, node, claims, agent.Options{})
 }
 
 // startNodeAgentWith is startNodeAgent with opts' protocol choices.
-func startNodeAgentWith(t *testing.T, s *server.Server, node, claims string, opts agent.Options) {
+func startNodeAgentWith(t *testing.T, s *server.Server, pki *netproxytest.PKI, node, claims string, opts agent.Options) {
 	t.Helper()
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("token-of-"+node), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts.AgentID, opts.AgentIdentifiers, opts.ServiceAccountTokenPath, opts.ServerAddress = "agent-"+node, claims, token, s.AgentAddr().String()
+	opts.TLS = pki.ClientTLS(t, "agent-"+node)
 	_, stop := netproxytest.StartAgent(t, opts)
 	t.Cleanup(stop)
 }

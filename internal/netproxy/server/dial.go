@@ -38,19 +38,23 @@ func (s *Server) dial(fe frontend, random int64, protocol, address string) (*con
 		}
 		return nil, errors.New("agent unavailable or duplicate dial id")
 	}
+	s.m.pendingDials.Inc()
 	// b was chosen before it was pending: a revocation in between did not
-	// see this dial, so it is checked again now that one would.
+	// see this dial, so it is checked again now that one would. One that
+	// did see it may have answered it already (revoke took it): then it is
+	// the frontend's as any failed dial, not refused a second time.
 	if !s.backends.stillRoutes(b, strategy, address) {
-		if b.takePendingIf(c) {
-			c.fail()
-			if c.cancelDial != nil {
-				c.cancelDial()
-			}
+		if !b.takePendingIf(c) {
+			return c, nil
+		}
+		s.m.pendingDials.Dec()
+		c.fail()
+		if c.cancelDial != nil {
+			c.cancelDial()
 		}
 		s.m.dialFailed(failNoAgent)
 		return nil, ErrNoAgent
 	}
-	s.m.pendingDials.Inc()
 	if t := s.opts.BackendDialTimeout; t > 0 {
 		c.mu.Lock()
 		c.timer = time.AfterFunc(t, func() {

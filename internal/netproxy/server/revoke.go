@@ -38,8 +38,10 @@ func (s *Server) revokeStale(b *backend) int {
 
 // revoke ends c whatever its state: a pending dial fails (and the agent is
 // told to drop it), an established connection is closed on both sides. A
-// dial whose answer is being delivered right now (taken from pending, not
-// yet established) is left to resolveOK, which sees revoked.
+// dial whose answer is being delivered right now (taken from pending, or
+// established but its frontend not yet told) is left to resolveOK, which
+// sees revoked once it has told the frontend: a CLOSE must never reach a
+// frontend before its DIAL_RSP.
 func (s *Server) revoke(c *conn, msg string) {
 	c.revoked.Store(true)
 	state, connectID, ds := c.snapshot()
@@ -51,6 +53,11 @@ func (s *Server) revoke(c *conn, msg string) {
 			s.cancelAgentDial(c)
 		}
 	case stateEstablished:
+		select {
+		case <-c.dialDone:
+		default:
+			return // resolveOK closes dialDone, then reads revoked
+		}
 		if !c.finish() {
 			return
 		}
