@@ -78,6 +78,18 @@ func newTrustIssuerCommand(f *cloudFlags) *cobra.Command {
 			return fmt.Errorf("--public-key-file: %w", err)
 		}
 		iss.PublicKeysPEM = string(data)
+		// Trusting an issuer again replaces it whole: say so when that
+		// drops its narrowing (a key rotation run without --repository).
+		if len(iss.Repositories) == 0 {
+			if list, err := c.c.ListTokenIssuers(cmd.Context()); err == nil {
+				for _, old := range list {
+					if old.Issuer == iss.Issuer && len(old.Repositories) > 0 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "warning: issuer %s read only %s; without --repository its exchanged credentials now read every repository\n",
+							iss.Issuer, strings.Join(old.Repositories, ", "))
+					}
+				}
+			}
+		}
 		out, err := c.c.PutTokenIssuer(cmd.Context(), iss)
 		if err != nil {
 			return err

@@ -78,6 +78,8 @@ func FuzzVerify(f *testing.F) {
 	exp := time.Unix(1_800_000_000, 0)
 	u, p := Sign(secret, Claims{Host: "h:1", Subject: "system:serviceaccount:ns:sa", ExpiresAt: exp})
 	f.Add("h:1", u, p)
+	u2, p2 := Sign(secret, Claims{Host: "h:1", Subject: "system:serviceaccount:ns:sa", ExpiresAt: exp, Repositories: []string{"ns/", "shared/base"}})
+	f.Add("h:1", u2, p2)
 	f.Add("h:1", "portside", "v1.aDox.1800000000.0.AAAA")
 	f.Add("", "u.", "v1....")
 	f.Fuzz(func(t *testing.T, host, user, pass string) {

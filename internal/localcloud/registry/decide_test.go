@@ -127,6 +127,8 @@ func TestReadAllowed(t *testing.T) {
 		{"/v2/team-b/app/manifests/1.0", false},
 		{"/v2/_catalog", false}, // names every repository
 		{"/v2/team-a/app/tags/other", false},
+		{"/v2/team-a/app/blobs/uploads/x", false}, // uploads are writes, and not by digest
+		{"/v2/team-a/app/referrers/sha256:abc", false},
 		{"/v2/team-a/app/manifests/", false},
 		{"/v2/TEAM-A/app/manifests/1", false},
 		{"/v2/team-a/../team-b/manifests/1", false},

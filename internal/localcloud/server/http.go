@@ -31,7 +31,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 func invalid(format string, args ...any) error {
-	return &apiError{http.StatusBadRequest, "Invalid", fmt.Sprintf(format, args...)}
+	return &apiError{http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf(format, args...)}
 }
 
 func notFound(format string, args ...any) error {
@@ -83,7 +83,7 @@ func respond(w http.ResponseWriter, r *http.Request, status int, v any, err erro
 // and oversized bodies with messages that say what is wrong.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &apiError{http.StatusUnsupportedMediaType, "Invalid", fmt.Sprintf("Content-Type %q is not supported: send application/json", ct)}
+		return &apiError{http.StatusUnsupportedMediaType, api.CodeInvalid, fmt.Sprintf("Content-Type %q is not supported: send application/json", ct)}
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()

@@ -114,6 +114,12 @@ func TestRepositoryPatterns(t *testing.T) {
 		{"/", false},
 		{"", false},
 		{"a,b", false},
+		// Names are unique only within a namespace: {serviceAccount}
+		// without {namespace} before it would share across namespaces.
+		{"{serviceAccount}/", false},
+		{"builders/{serviceAccount}/", false},
+		{"{serviceAccount}/{namespace}/", false},
+		{"{namespace}/tools/{serviceAccount}", true},
 	} {
 		err := checkRepositoryPattern(tc.pattern)
 		if (err == nil) != tc.ok {

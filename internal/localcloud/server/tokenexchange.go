@@ -109,9 +109,17 @@ const (
 // namespace such as "a-b" must not splice into a neighbouring name).
 func checkRepositoryPattern(p string) error {
 	name := strings.TrimSuffix(p, "/")
+	namespaced := false
 	for _, comp := range strings.Split(name, "/") {
 		if strings.Contains(comp, "{") && comp != namespacePlaceholder && comp != serviceAccountPlaceholder {
 			return fmt.Errorf("%q: %s and %s must be whole path components (e.g. \"{namespace}/\" or \"teams/{namespace}/{serviceAccount}\")", p, namespacePlaceholder, serviceAccountPlaceholder)
+		}
+		namespaced = namespaced || comp == namespacePlaceholder
+		// A service account's name is unique only in its namespace: without
+		// the namespace before it, account "team-a" of namespace team-b
+		// would read what {namespace}/ gives namespace team-a.
+		if comp == serviceAccountPlaceholder && !namespaced {
+			return fmt.Errorf("%q: %s must follow %s (names are unique only within a namespace), e.g. \"{namespace}/{serviceAccount}/\"", p, serviceAccountPlaceholder, namespacePlaceholder)
 		}
 	}
 	probe := strings.NewReplacer(namespacePlaceholder, "ns", serviceAccountPlaceholder, "sa").Replace(name)

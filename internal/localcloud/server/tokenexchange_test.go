@@ -210,6 +210,11 @@ func TestServiceAccountTokenExchange(t *testing.T) {
 		{"issued in the future", with(func(s *tokenSpec) { s.iat = now.Add(48 * time.Hour) }), false, 401, "it was issued in the future"},
 		{"no exp", with(func(s *tokenSpec) { s.noExp = true }), false, 401, "it has no exp claim"},
 		{"no service account", with(func(s *tokenSpec) { s.ns, s.sub = "", "alice" }), false, 401, "it names no service account"},
+		// Namespaces and names fill repository patterns: a "/" or "," in
+		// one could widen a credential; Kubernetes never makes them.
+		{"namespace not a Kubernetes name (sub)", with(func(s *tokenSpec) { s.ns, s.sub = "", "system:serviceaccount:a/b:x" }), false, 401, `namespace "a/b" is not a Kubernetes namespace name`},
+		{"namespace not a Kubernetes name", with(func(s *tokenSpec) { s.ns = "a,b" }), false, 401, `namespace "a,b" is not a Kubernetes namespace name`},
+		{"name not a Kubernetes name", with(func(s *tokenSpec) { s.sa = "Puller/x" }), false, 401, `service account name "Puller/x" is not a Kubernetes name`},
 		{"not a JWT", "not.a.jwt", false, 401, "service account token rejected: not a signed JWT"},
 		{"HS256", with(func(s *tokenSpec) { s.key, s.alg = []byte("0123456789abcdef0123456789abcdef"), jose.HS256 }), false, 401, "not a signed JWT"},
 	}

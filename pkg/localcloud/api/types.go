@@ -17,6 +17,9 @@ const (
 	// CodeNoSuchEndpoint: the server has no endpoint at that method and
 	// path (another version, a wrong endpoint): not the resource's absence.
 	CodeNoSuchEndpoint = "NoSuchEndpoint"
+	// CodeInvalid: the request is malformed or a field's value is wrong
+	// (400); the message says which.
+	CodeInvalid = "Invalid"
 )
 
 // Error is the body of every non-2xx response.

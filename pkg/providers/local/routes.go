@@ -49,7 +49,7 @@ func (p *routes) CreateRoute(ctx context.Context, cluster, nameHint string, r cl
 		// are, untagged, which the route controller treats by upstream's
 		// rule, as before the UID existed. So a CCM upgraded before its
 		// cloud keeps routing instead of failing every route.
-		klog.FromContext(ctx).Info("The local cloud does not know route cluster UIDs; route created without one: upgrade the cloud (portside cloud serve) to tell clusters of one name apart",
+		klog.FromContext(ctx).Info("The local cloud does not know route cluster UIDs; route created without one (it stays untagged after the cloud is upgraded, as routes made before UIDs are): upgrade the cloud (portside cloud serve) so that new routes tell clusters of one name apart",
 			"route", name, "cloud", p.c.Endpoint())
 		route.ClusterUID = ""
 		_, err = p.c.CreateRoute(ctx, route)
@@ -84,5 +84,6 @@ func (p *routes) DeleteRoute(ctx context.Context, _ string, r cloud.Route) error
 // unknown fields, answers a newer client.
 func RefusesField(err error, field string) bool {
 	var se *client.StatusError
-	return errors.As(err, &se) && se.Status == http.StatusBadRequest && strings.Contains(se.Message, `unknown field "`+field+`"`)
+	return errors.As(err, &se) && se.Status == http.StatusBadRequest && se.Code == api.CodeInvalid &&
+		strings.Contains(se.Message, `unknown field "`+field+`"`)
 }

@@ -30,6 +30,7 @@ func TestRefusesField(t *testing.T) {
 		{"another bad request", &client.StatusError{Status: http.StatusBadRequest, Code: "Invalid", Message: "destinationCIDR is not a CIDR"}, false},
 		{"the message with another status", &client.StatusError{Status: http.StatusConflict, Code: "Conflict", Message: older}, false},
 		{"not the API's", errors.New(older), false},
+		{"a 400 without the API's code (a proxy in front)", &client.StatusError{Status: http.StatusBadRequest, Message: older}, false},
 		{"no error", nil, false},
 	}
 	for _, tc := range cases {
