@@ -114,9 +114,9 @@ func CheckManifestWrite(put bool, repo, ref string, body []byte) *Refusal {
 // a pull (GET or HEAD) of a manifest or blob of a public repository. The
 // /v2/ ping and the catalog stay authenticated, so an anonymous client
 // learns nothing of the private repositories. Blobs are stored by digest
-// for all repositories at once: an anonymous client holding a private
-// layer's digest could fetch it through a public path, so a digest of a
-// private image must be kept as secret as the image.
+// for all repositories at once: the handler then serves a blob only
+// through a repository that references it (blobIndex), so a private
+// layer's digest does not open it through a public path.
 func publicRead(method, path string, prefixes []string) bool {
 	if method != http.MethodGet && method != http.MethodHead {
 		return false
@@ -132,9 +132,8 @@ func publicRead(method, path string, prefixes []string) bool {
 // read (GET or HEAD) of path: the /v2/ ping, and manifests, blobs and tag
 // lists of the repositories repos name (a name, or a prefix ending in
 // "/"). The catalog, which names every repository, is not. Empty repos:
-// everything. The same caveat as publicRead holds: blobs are stored by
-// digest for all repositories, so a layer's digest is as secret as the
-// image that has it.
+// everything. As for publicRead, a blob is then served only through a
+// repository that references it (blobIndex).
 func ReadAllowed(path string, repos []string) bool {
 	if len(repos) == 0 || path == "/v2/" || path == "/v2" {
 		return true

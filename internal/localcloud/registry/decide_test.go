@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -140,5 +141,27 @@ func TestReadAllowed(t *testing.T) {
 	}
 	if !ReadAllowed("/v2/_catalog", nil) || !ReadAllowed("/v2/anything/manifests/1", nil) {
 		t.Error("a credential not narrowed was refused a read")
+	}
+}
+
+func TestManifestBlobs(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"OCI image", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"digest":"sha256:c"},"layers":[{"digest":"sha256:l1"},{"digest":"sha256:l2"}]}`,
+			[]string{"sha256:c", "sha256:l1", "sha256:l2"}},
+		{"Docker schema 2", `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"digest":"sha256:c"},"layers":[{"digest":"sha256:l"}]}`,
+			[]string{"sha256:c", "sha256:l"}},
+		{"OCI artifact", `{"mediaType":"application/vnd.oci.artifact.manifest.v1+json","blobs":[{"digest":"sha256:b"}],"subject":{"digest":"sha256:m"}}`,
+			[]string{"sha256:b"}}, // subject is a manifest, not a blob
+		{"Docker schema 1", `{"schemaVersion":1,"fsLayers":[{"blobSum":"sha256:a"}]}`, []string{"sha256:a"}},
+		{"index: manifests, not blobs", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"digest":"sha256:m"}]}`, nil},
+		{"not JSON", `not a manifest`, nil},
+		{"empty digests skipped", `{"config":{"digest":""},"layers":[{}]}`, nil},
+	} {
+		if got := ManifestBlobs([]byte(tc.body)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: ManifestBlobs = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -38,6 +38,8 @@ type journalEntry struct {
 type journal struct {
 	mu sync.Mutex // serializes manifest writes, so the journal's order is the registry's
 	f  *os.File
+	// blobs learns each manifest put, live or replayed.
+	blobs *blobIndex
 }
 
 // isManifestPath reports whether path is /v2/<repo>/manifests/<ref>, as
@@ -98,12 +100,12 @@ func (e journalEntry) request() (*http.Request, error) {
 // entry that cannot be replayed (corrupt, outside the grammar, refused by
 // the registry) is skipped with a logged error and kept in the file: one bad
 // record must not make the cloud unable to restart, nor lose the others.
-func openJournal(path string, h http.Handler, logger logr.Logger) (*journal, int, error) {
+func openJournal(path string, h http.Handler, blobs *blobIndex, logger logr.Logger) (*journal, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, 0, fmt.Errorf("manifest journal: %w", err)
 	}
-	n, good, err := replay(f, h, logger)
+	n, good, err := replay(f, h, blobs, logger)
 	if err == nil {
 		err = f.Truncate(good)
 	}
@@ -114,12 +116,12 @@ func openJournal(path string, h http.Handler, logger logr.Logger) (*journal, int
 		_ = f.Close()
 		return nil, 0, fmt.Errorf("manifest journal %s: %w", path, err)
 	}
-	return &journal{f: f}, n, nil
+	return &journal{f: f, blobs: blobs}, n, nil
 }
 
 // replay applies every complete entry; good is the offset after the last
 // complete line. n counts the entries applied.
-func replay(f *os.File, h http.Handler, logger logr.Logger) (n int, good int64, err error) {
+func replay(f *os.File, h http.Handler, blobs *blobIndex, logger logr.Logger) (n int, good int64, err error) {
 	r := bufio.NewReader(f)
 	for {
 		line, rerr := r.ReadBytes('\n')
@@ -143,6 +145,9 @@ func replay(f *os.File, h http.Handler, logger logr.Logger) (n int, good int64, 
 				"journal", f.Name(), "offset", good, "op", e.Op, "repo", e.Repo, "ref", e.Ref)
 		} else {
 			n++
+			if e.Op == "put" {
+				blobs.add(e.Repo, e.Body)
+			}
 		}
 		good += int64(len(line))
 	}
@@ -198,6 +203,9 @@ func (j *journal) serveWrite(w http.ResponseWriter, req *http.Request, h http.Ha
 		if err := j.append(*e); err != nil {
 			writeRegError(w, http.StatusInternalServerError, "UNKNOWN", "manifest not saved durably: "+err.Error())
 			return
+		}
+		if e.Op == "put" {
+			j.blobs.add(repo, body)
 		}
 	}
 	for k, v := range rec.Header() {

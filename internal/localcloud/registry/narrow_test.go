@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -18,24 +19,34 @@ import (
 func TestNarrowedCredentialOnRegistry(t *testing.T) {
 	hs := httptest.NewUnstartedServer(nil)
 	host := hs.Listener.Addr().String()
-	reg, err := New(Options{Host: host, Dir: t.TempDir(), Secret: testSecret, PublicPrefixes: []string{"registry.k8s.io/"}})
+	dir := t.TempDir()
+	reg, err := New(Options{Host: host, Dir: dir, Secret: testSecret, PublicPrefixes: []string{"registry.k8s.io/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs.Config.Handler = reg.Handler()
 	hs.Start()
-	t.Cleanup(func() { hs.Close(); _ = reg.Close() })
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			hs.Close()
+			_ = reg.Close()
+		}
+	})
 
 	node := cred(host, NodeSubject, true, time.Hour)
-	img, err := random.Image(256, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	images := map[string]v1.Image{}
 	for _, r := range []string{"team-a/app:1", "team-b/app:1", "registry.k8s.io/pause:3.10"} {
+		img, err := random.Image(256, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[r] = img
 		if err := remote.Write(ref(t, host, r), img, remote.WithAuth(node)); err != nil {
 			t.Fatalf("push %s: %v", r, err)
 		}
 	}
+	img := images["team-a/app:1"]
 	u, p := Sign(testSecret, Claims{Host: host, Subject: "system:serviceaccount:team-a:puller", ExpiresAt: time.Now().Add(time.Hour),
 		Repositories: []string{"team-a/"}})
 	narrowed := &authn.Basic{Username: u, Password: p}
@@ -60,4 +71,80 @@ func TestNarrowedCredentialOnRegistry(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("catalog with a narrowed credential: %s; want 403", resp.Status)
 	}
+
+	// Blobs are stored for all repositories at once: another repository's
+	// layer and config, fetched by digest through an allowed repository's
+	// path, are unknown there, to a narrowed credential and to an
+	// anonymous pull of a public repository alike; a node's credential
+	// reads them.
+	for _, tc := range []struct {
+		path string
+		user string // "" anonymous
+		want int
+	}{
+		{"/v2/team-a/app/blobs/" + blobDigests(t, images["team-b/app:1"])[0], u, http.StatusNotFound},
+		{"/v2/team-a/app/blobs/" + blobDigests(t, images["team-b/app:1"])[1], u, http.StatusNotFound},
+		{"/v2/team-a/app/blobs/" + blobDigests(t, images["team-a/app:1"])[1], u, http.StatusOK},
+		{"/v2/registry.k8s.io/pause/blobs/" + blobDigests(t, images["team-b/app:1"])[1], "", http.StatusNotFound},
+		{"/v2/registry.k8s.io/pause/blobs/" + blobDigests(t, images["registry.k8s.io/pause:3.10"])[1], "", http.StatusOK},
+		{"/v2/team-a/app/blobs/" + blobDigests(t, images["team-b/app:1"])[1], "node", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+host+tc.path, nil)
+		switch tc.user {
+		case u:
+			req.SetBasicAuth(u, p)
+		case "node":
+			nu, np := Sign(testSecret, Claims{Host: host, Subject: NodeSubject, ExpiresAt: time.Now().Add(time.Hour)})
+			req.SetBasicAuth(nu, np)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s as %q: %s; want %d", tc.path, tc.user, resp.Status, tc.want)
+		}
+	}
+
+	// Restarted, the registry knows again which blobs are whose (the
+	// journal's replay): public and narrowed pulls still work.
+	hs.Close()
+	_ = reg.Close()
+	closed = true
+	reg2, err := New(Options{Host: host, Dir: dir, Secret: testSecret, PublicPrefixes: []string{"registry.k8s.io/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg2.Close()
+	hs2 := httptest.NewServer(reg2.Handler())
+	defer hs2.Close()
+	req, _ = http.NewRequest(http.MethodGet, hs2.URL+"/v2/registry.k8s.io/pause/blobs/"+blobDigests(t, images["registry.k8s.io/pause:3.10"])[1], nil)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("public blob after a restart: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+}
+
+// blobDigests is img's config digest, then its layers'.
+func blobDigests(t *testing.T, img v1.Image) []string {
+	t.Helper()
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{cfg.String()}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d.String())
+	}
+	return out
 }

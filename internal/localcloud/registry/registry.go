@@ -48,6 +48,7 @@ type Registry struct {
 	opts    Options
 	inner   http.Handler
 	journal *journal
+	blobs   *blobIndex
 }
 
 // New opens (creating if needed) the registry in opts.Dir and replays its
@@ -69,12 +70,12 @@ func New(opts Options) (*Registry, error) {
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return nil, fmt.Errorf("registry directory: %w", err)
 	}
-	r := &Registry{opts: opts}
+	r := &Registry{opts: opts, blobs: newBlobIndex()}
 	r.inner = ggcr.New(
 		ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(blobs)),
 		ggcr.Logger(log.New(logWriter{opts.Logger.V(4)}, "", 0)),
 	)
-	j, replayed, err := openJournal(filepath.Join(opts.Dir, journalFile), r.inner, opts.Logger)
+	j, replayed, err := openJournal(filepath.Join(opts.Dir, journalFile), r.inner, r.blobs, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func (r *Registry) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		user, pass, ok := req.BasicAuth()
 		if !ok && publicRead(req.Method, req.URL.Path, r.opts.PublicPrefixes) {
-			r.inner.ServeHTTP(w, req)
+			r.serveLimited(w, req)
 			return
 		}
 		if !ok {
@@ -132,8 +133,25 @@ func (r *Registry) Handler() http.Handler {
 			r.journal.serveWrite(w, req, r.inner)
 			return
 		}
+		if len(claims.Repositories) > 0 {
+			r.serveLimited(w, req)
+			return
+		}
 		r.inner.ServeHTTP(w, req)
 	})
+}
+
+// serveLimited serves a read of a client allowed only some repositories
+// (already checked): a blob only if a manifest of the repository in its
+// path references it, else 404 BLOB_UNKNOWN, as for a blob the repository
+// does not have.
+func (r *Registry) serveLimited(w http.ResponseWriter, req *http.Request) {
+	if repo, digest := blobOf(req.URL.Path); repo != "" && !r.blobs.has(repo, digest) {
+		r.refuse(w, req, http.StatusNotFound, "BLOB_UNKNOWN",
+			fmt.Sprintf("blob %s is not referenced by any manifest of repository %s", digest, repo), "blob of another repository")
+		return
+	}
+	r.inner.ServeHTTP(w, req)
 }
 
 func (r *Registry) refuse(w http.ResponseWriter, req *http.Request, status int, code, msg, reason string) {
