@@ -53,32 +53,46 @@ func (x *blobIndex) has(repo, digest string) bool {
 // references manifests, not blobs: its children are put to the repository
 // themselves. A body that is not JSON references nothing.
 func ManifestBlobs(body []byte) []string {
-	type desc struct {
-		Digest string `json:"digest"`
-	}
-	var m struct {
-		Config   *desc  `json:"config"`
-		Layers   []desc `json:"layers"`
-		Blobs    []desc `json:"blobs"`
-		FSLayers []struct {
-			BlobSum string `json:"blobSum"`
-		} `json:"fsLayers"`
-	}
-	if json.Unmarshal(body, &m) != nil {
+	// Keys are matched exactly, and each field is decoded on its own:
+	// encoding/json matches keys case-insensitively, and one extension
+	// field of an unexpected shape (which the image spec says to ignore)
+	// must not leave the whole manifest unindexed.
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
 		return nil
 	}
-	var out []string
-	if m.Config != nil && m.Config.Digest != "" {
-		out = append(out, m.Config.Digest)
+	type desc struct {
+		Digest  string `json:"digest"`
+		BlobSum string `json:"blobSum"`
 	}
-	for _, l := range append(m.Layers, m.Blobs...) {
-		if l.Digest != "" {
-			out = append(out, l.Digest)
+	var out []string
+	take := func(d desc) {
+		if d.Digest != "" {
+			out = append(out, d.Digest)
+		} else if d.BlobSum != "" {
+			out = append(out, d.BlobSum)
 		}
 	}
-	for _, l := range m.FSLayers {
-		if l.BlobSum != "" {
-			out = append(out, l.BlobSum)
+	var cfg desc
+	if raw, ok := fields["config"]; ok && json.Unmarshal(raw, &cfg) == nil {
+		take(desc{Digest: cfg.Digest})
+	}
+	for _, key := range []string{"layers", "blobs", "fsLayers"} {
+		var list []json.RawMessage
+		if raw, ok := fields[key]; !ok || json.Unmarshal(raw, &list) != nil {
+			continue
+		}
+		for _, item := range list {
+			var d desc
+			if json.Unmarshal(item, &d) != nil {
+				continue
+			}
+			if key != "fsLayers" {
+				d.BlobSum = ""
+			} else {
+				d.Digest = ""
+			}
+			take(d)
 		}
 	}
 	return out

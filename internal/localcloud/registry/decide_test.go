@@ -159,6 +159,13 @@ func TestManifestBlobs(t *testing.T) {
 		{"index: manifests, not blobs", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"digest":"sha256:m"}]}`, nil},
 		{"not JSON", `not a manifest`, nil},
 		{"empty digests skipped", `{"config":{"digest":""},"layers":[{}]}`, nil},
+		// An extension field of an odd shape, or a key of another case
+		// (encoding/json would match it), leaves the rest indexed.
+		{"extension field of an odd shape", `{"schemaVersion":2,"config":{"digest":"sha256:c"},"layers":[{"digest":"sha256:l"}],"blobs":"x"}`,
+			[]string{"sha256:c", "sha256:l"}},
+		{"a key of another case", `{"schemaVersion":2,"config":{"digest":"sha256:c"},"layers":[{"digest":"sha256:l"}],"Layers":{"note":"x"}}`,
+			[]string{"sha256:c", "sha256:l"}},
+		{"an odd layer entry", `{"config":{"digest":"sha256:c"},"layers":[7,{"digest":"sha256:l"}]}`, []string{"sha256:c", "sha256:l"}},
 	} {
 		if got := ManifestBlobs([]byte(tc.body)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: ManifestBlobs = %v, want %v", tc.name, got, tc.want)

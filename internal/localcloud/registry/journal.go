@@ -190,6 +190,13 @@ func (j *journal) serveWrite(w http.ResponseWriter, req *http.Request, h http.Ha
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if req.Method == http.MethodPut {
+		// Indexed before the registry stores it: a pull served the new
+		// manifest at once must find its blobs. A put that then fails
+		// leaves its digests indexed, which gives nothing a push
+		// credential could not give by succeeding.
+		j.blobs.add(repo, body)
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	var e *journalEntry
@@ -203,9 +210,6 @@ func (j *journal) serveWrite(w http.ResponseWriter, req *http.Request, h http.Ha
 		if err := j.append(*e); err != nil {
 			writeRegError(w, http.StatusInternalServerError, "UNKNOWN", "manifest not saved durably: "+err.Error())
 			return
-		}
-		if e.Op == "put" {
-			j.blobs.add(repo, body)
 		}
 	}
 	for k, v := range rec.Header() {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -147,4 +148,57 @@ func blobDigests(t *testing.T, img v1.Image) []string {
 		out = append(out, d.String())
 	}
 	return out
+}
+
+// TestBlobsIndexedBeforeManifestServed: a pull served a manifest the
+// moment the registry stores it (a re-push of a public tag) finds its
+// blobs; they are indexed before the store, not after the journal's fsync.
+func TestBlobsIndexedBeforeManifestServed(t *testing.T) {
+	host := "registry.test:5000"
+	reg, err := New(Options{Host: host, Dir: t.TempDir(), Secret: testSecret, PublicPrefixes: []string{"pause"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := blobDigests(t, img)[1]
+	// The blob itself, stored as a push would have.
+	lyrs, _ := img.Layers()
+	rc, err := lyrs[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu, np := Sign(testSecret, Claims{Host: host, Subject: NodeSubject, Push: true, ExpiresAt: time.Now().Add(time.Hour)})
+	up := httptest.NewRequest(http.MethodPost, "http://"+host+"/v2/pause/blobs/uploads/?digest="+layer, rc)
+	up.SetBasicAuth(nu, np)
+	rec := httptest.NewRecorder()
+	reg.Handler().ServeHTTP(rec, up)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("blob upload: %d %s", rec.Code, rec.Body.String())
+	}
+
+	during := 0
+	storeThenPull := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		reg.inner.ServeHTTP(w, req) // stored: from here a pull gets the manifest
+		pull := httptest.NewRecorder()
+		reg.Handler().ServeHTTP(pull, httptest.NewRequest(http.MethodGet, "http://"+host+"/v2/pause/blobs/"+layer, nil))
+		during = pull.Code
+	})
+	put := httptest.NewRequest(http.MethodPut, "http://"+host+"/v2/pause/manifests/1", bytes.NewReader(raw))
+	put.Header.Set("Content-Type", string(mt))
+	reg.journal.serveWrite(httptest.NewRecorder(), put, storeThenPull)
+	if during != http.StatusOK {
+		t.Errorf("anonymous pull of the layer of a manifest just stored: %d, want 200", during)
+	}
 }
