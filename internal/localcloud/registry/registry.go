@@ -120,9 +120,8 @@ func (r *Registry) Handler() http.Handler {
 			return
 		}
 		// A narrowed credential only reads (the cloud issues none that
-		// push), and only its repositories.
-		// What anyone may pull, a narrowed credential may too: the kubelet
-		// sends it for every image of this registry.
+		// push): its repositories, and what anyone may pull (the kubelet
+		// sends it for every image of this registry).
 		if len(claims.Repositories) > 0 && (write || !(ReadAllowed(req.URL.Path, claims.Repositories) || publicRead(req.Method, req.URL.Path, r.opts.PublicPrefixes))) {
 			r.refuse(w, req, http.StatusForbidden, "DENIED",
 				fmt.Sprintf("credential of %s reads only %s: widen the token issuer's repositories (portside cloud registries trust-issuer --repository) to read %s",
